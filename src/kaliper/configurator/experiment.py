@@ -1,0 +1,166 @@
+"""Spec → experiment → trials → rendered job manifests, planned in memory, then written whole.
+
+Planning renders every trial before anything is written, so a bad template or parameter leaves storage
+untouched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kaliper import __version__
+from kaliper.configurator.jobs import LABEL_EXPERIMENT, LABEL_TRIAL, check_manifest, replica_counts
+from kaliper.configurator.render import BUILTIN_TEMPLATES, render_template
+from kaliper.documents import ExperimentDoc, JobRef, StackRef, TrialDoc, to_document
+from kaliper.errors import TemplateError
+from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
+from kaliper.storage import Storage, layout
+from kaliper.workloads import get_workload
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    doc: TrialDoc
+    manifest: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ExperimentPlan:
+    experiment: ExperimentDoc
+    trials: list[TrialPlan]
+    spec_text: str
+
+
+def new_experiment_id(name: str, now: datetime | None = None) -> str:
+    """`<name>-<yyyymmddThhmmssZ>-<4 hex>`: sortable by time, unique across concurrent runs."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return f"{name}-{stamp}-{secrets.token_hex(2)}"
+
+
+def matrix_points(matrix: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Cartesian product in the order the spec lists keys and values."""
+    keys = list(matrix)
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(matrix[k] for k in keys))]
+
+
+def _stacks(spec: BenchmarkSpec) -> list[StackSpec]:
+    return spec.stacks or [StackSpec(name="default", image=spec.job.image)]
+
+
+def _trial_params(spec: BenchmarkSpec, point: dict[str, Any]) -> dict[str, Any]:
+    given = {**spec.workload.params, **point}
+    if spec.workload.name is None:
+        return given
+    definition = get_workload(spec.workload.name)
+    return definition.params.resolve(given, definition.name, "params")
+
+
+def configure(
+    loaded: LoadedSpec,
+    experiment_id: str | None = None,
+    storage_url: str | None = None,
+    now: datetime | None = None,
+) -> ExperimentPlan:
+    """Expand the spec into trials and render each trial's job; nothing is written."""
+    spec = loaded.spec
+    created = now or datetime.now(UTC)
+    experiment_id = experiment_id or new_experiment_id(spec.name, created)
+    storage = storage_url or spec.storage
+    template = template_path(loaded)
+    workload = {"name": spec.workload.name or "custom", "framework": spec.workload.framework}
+    sampling = spec.sampling.model_dump()
+    sampling["max_time_s"] = sampling.pop("max_time")
+
+    trials: list[TrialPlan] = []
+    for index, (stack, point) in enumerate(itertools.product(_stacks(spec), matrix_points(spec.matrix))):
+        trial_id = f"t{index:03d}"
+        params = _trial_params(spec, point)
+        image = stack.image or spec.job.image
+        run: dict[str, Any] = {
+            "experiment": experiment_id,
+            "trial": trial_id,
+            "storage": storage,
+            "name": f"{spec.name}-{trial_id}",
+            "namespace": spec.job.namespace,
+            "labels": {LABEL_EXPERIMENT: experiment_id, LABEL_TRIAL: trial_id},
+        }
+        job = {
+            "kind": spec.job.kind,
+            "replicas": spec.job.replicas,
+            "image": image,
+            "resources": spec.job.resources.model_dump(),
+            "timeout_seconds": math.ceil(spec.job.timeout),
+            "service_account": spec.job.service_account,
+            "node_selector": spec.job.node_selector,
+            "success_policy": spec.job.success_policy,
+        }
+        arguments = {"run": run, "job": job, "workload": workload, "params": params, "sampling": sampling}
+        manifest = check_manifest(render_template(template, arguments), str(template), spec.job.kind)
+        _check_identity(manifest, str(template), run["name"])
+        doc = TrialDoc(
+            experiment=experiment_id,
+            id=trial_id,
+            index=index,
+            params=params,
+            matrix_point=point,
+            stack=StackRef(name=stack.name, image=image, requirements=stack.requirements),
+            job=JobRef(kind=spec.job.kind, name=run["name"], replicas=replica_counts(manifest)),
+        )
+        trials.append(TrialPlan(doc=doc, manifest=manifest))
+
+    experiment = ExperimentDoc(
+        id=experiment_id,
+        spec_name=spec.name,
+        created=created,
+        kaliper_version=__version__,
+        storage=storage,
+        workload={
+            "name": spec.workload.name,
+            "template": spec.workload.template,
+            "framework": spec.workload.framework,
+            "params": spec.workload.params,
+        },
+        repetitions=spec.repetitions,
+        sampling=sampling,
+        matrix=spec.matrix,
+        trials=[t.doc.id for t in trials],
+    )
+    return ExperimentPlan(experiment=experiment, trials=trials, spec_text=loaded.text)
+
+
+def _check_identity(manifest: dict[str, Any], source: str, name: str) -> None:
+    metadata = manifest.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str) or not metadata["name"]:
+        raise TemplateError(f"{source}: metadata.name is missing (use run.name, here {name!r})")
+
+
+def dump_manifest(manifest: dict[str, Any]) -> str:
+    return yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False)
+
+
+def write_plan(plan: ExperimentPlan, storage: Storage) -> None:
+    """Store spec.yaml, experiment.json and every trial's trial.json and job.yaml."""
+    exp = plan.experiment.id
+    storage.put(layout.spec_key(exp), plan.spec_text.encode())
+    for trial in plan.trials:
+        storage.put_json(layout.trial_key(exp, trial.doc.id), to_document(trial.doc))
+        storage.put(layout.job_key(exp, trial.doc.id), dump_manifest(trial.manifest).encode())
+    # experiment.json last: its presence means the experiment is fully configured.
+    storage.put_json(layout.experiment_key(exp), to_document(plan.experiment))
+
+
+def template_path(loaded: LoadedSpec) -> Path:
+    spec = loaded.spec
+    return (
+        (loaded.base_dir / spec.workload.template)
+        if spec.workload.template
+        else BUILTIN_TEMPLATES[spec.job.kind]
+    )

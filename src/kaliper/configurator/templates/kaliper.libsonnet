@@ -1,0 +1,100 @@
+// Building blocks shared by Kaliper's job templates (and available to user templates:
+// `local kaliper = import 'kaliper.libsonnet';`).
+//
+// Every template is a function of the same top-level arguments:
+//   run:      {experiment, trial, storage, name, namespace, labels}
+//   job:      {kind, replicas, image, resources: {cpu, memory, gpu}, timeout_seconds,
+//              service_account, node_selector, success_policy}
+//   workload: {name, framework}
+//   params:   the workload's parameters (defaults included)
+//   sampling: {warmup, target_rel_ci, min_samples, max_samples, max_time_s, confidence}
+{
+  // A parameter as command-line text: integers without a fraction, other numbers in the shortest of
+  // 15 or 17 significant digits that reads back as the same double.
+  arg(x)::
+    if std.isNumber(x) && x == std.floor(x) && std.abs(x) < 1e15 then std.toString(x)
+    else if std.isNumber(x) then
+      local short = std.format('%.15g', x);
+      if std.parseJson(short) == x then short else std.format('%.17g', x)
+    else std.toString(x),
+
+  // Arguments of `kaliper workload`: every parameter and the sampling rule, explicit on the command
+  // line so `kubectl describe pod` shows exactly what was measured.
+  workloadArgs(workload, params, sampling)::
+    ['workload', workload.name, '--framework', workload.framework]
+    + std.flattenArrays([['--param', k + '=' + $.arg(params[k])] for k in std.objectFields(params)])
+    + [
+      '--warmup', $.arg(sampling.warmup),
+      '--target-rel-ci', $.arg(sampling.target_rel_ci),
+      '--min-samples', $.arg(sampling.min_samples),
+      '--max-samples', $.arg(sampling.max_samples),
+      '--max-time', $.arg(sampling.max_time_s),
+      '--confidence', $.arg(sampling.confidence),
+    ],
+
+  // Replica identity comes from the labels the training operator puts on every pod.
+  fromLabel(name, label):: {
+    name: name,
+    valueFrom: { fieldRef: { fieldPath: "metadata.labels['" + label + "']" } },
+  },
+
+  env(run, job):: [
+    { name: 'KALIPER_EXPERIMENT', value: run.experiment },
+    { name: 'KALIPER_TRIAL', value: run.trial },
+    { name: 'KALIPER_STORAGE', value: run.storage },
+    { name: 'KALIPER_IMAGE', value: job.image },
+    { name: 'PYTHONUNBUFFERED', value: '1' },
+    $.fromLabel('KALIPER_REPLICA_TYPE', 'training.kubeflow.org/replica-type'),
+    $.fromLabel('KALIPER_REPLICA_INDEX', 'training.kubeflow.org/replica-index'),
+  ],
+
+  // Requests = limits: Guaranteed QoS, no CFS-throttling artefacts from a limit above the request.
+  resources(job)::
+    local r = job.resources;
+    local amounts = (if r.cpu != null then { cpu: r.cpu } else {})
+                    + (if r.memory != null then { memory: r.memory } else {})
+                    + (if r.gpu > 0 then { 'nvidia.com/gpu': r.gpu } else {});
+    if std.length(amounts) == 0 then {} else { requests: amounts, limits: amounts },
+
+  labels(run):: run.labels,
+
+  metadata(run):: {
+    name: run.name,
+    labels: $.labels(run),
+  } + (if run.namespace != null then { namespace: run.namespace } else {}),
+
+  container(name, port, run, job, workload, params, sampling):: {
+    name: name,
+    image: job.image,
+    imagePullPolicy: 'IfNotPresent',
+    command: ['kaliper'],
+    args: $.workloadArgs(workload, params, sampling),
+    env: $.env(run, job),
+    ports: [port],
+    resources: $.resources(job),
+  },
+
+  podTemplate(container, run, job):: {
+    metadata: { labels: $.labels(run) },
+    spec: {
+      containers: [container],
+    } + (if job.service_account != null then { serviceAccountName: job.service_account } else {})
+      + (if std.length(job.node_selector) > 0 then { nodeSelector: job.node_selector } else {}),
+  },
+
+  // Benchmarks never restart: a retried replica would mix two processes into one measurement.
+  replicaSpecs(container, run, job):: {
+    [rtype]: {
+      replicas: job.replicas[rtype],
+      restartPolicy: 'Never',
+      template: $.podTemplate(container, run, job),
+    }
+    for rtype in std.objectFields(job.replicas)
+  },
+
+  runPolicy(job):: {
+    backoffLimit: 0,
+    activeDeadlineSeconds: job.timeout_seconds,
+    cleanPodPolicy: 'None',  // keep pods (and their logs) for inspection; the workflow owns the job
+  },
+}

@@ -1,0 +1,130 @@
+"""Versioned documents Kaliper stores beside the result records: experiment, trial, launch.
+
+Like the result record (pyperf's habit), each carries a `schema` string; a loader refuses versions it
+does not know instead of guessing.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Final, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kaliper.errors import SchemaVersionError
+from kaliper.validation import describe_validation_error
+
+EXPERIMENT_SCHEMA: Final = "kaliper.experiment/v1"
+TRIAL_SCHEMA: Final = "kaliper.trial/v1"
+LAUNCH_SCHEMA: Final = "kaliper.launch/v1"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Document(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class StackRef(Document):
+    name: str
+    image: str | None
+    requirements: list[str] = Field(default_factory=list)
+
+
+class JobRef(Document):
+    kind: str
+    name: str
+    replicas: dict[str, int]
+
+
+class ExperimentDoc(Document):
+    schema_: Literal["kaliper.experiment/v1"] = Field(EXPERIMENT_SCHEMA, alias="schema")
+    id: str
+    spec_name: str
+    created: datetime
+    kaliper_version: str
+    storage: str
+    workload: dict[str, Any]
+    repetitions: int
+    sampling: dict[str, Any]
+    matrix: dict[str, list[Any]]
+    trials: list[str]
+
+
+class TrialDoc(Document):
+    schema_: Literal["kaliper.trial/v1"] = Field(TRIAL_SCHEMA, alias="schema")
+    experiment: str
+    id: str
+    index: int
+    params: dict[str, Any] = Field(description="every parameter the workload gets, defaults included")
+    matrix_point: dict[str, Any] = Field(description="only the values this trial sweeps")
+    stack: StackRef
+    job: JobRef
+
+
+class ReplicaLaunch(Document):
+    replica_type: str
+    index: int
+    pod: str
+    node: str | None = None
+    exit_code: int | None = None
+    reason: str
+    started: datetime | None = None
+    finished: datetime | None = None
+
+
+class FailureInfo(Document):
+    replica: str | None
+    reason: str
+    message: str
+    log_tail: str = ""
+
+
+class LaunchDoc(Document):
+    """What the launcher saw: phase timings, placement, and why a run failed."""
+
+    schema_: Literal["kaliper.launch/v1"] = Field(LAUNCH_SCHEMA, alias="schema")
+    experiment: str
+    trial: str
+    repetition: int
+    job_name: str
+    executor: Literal["local", "kubernetes"]
+    status: Literal["succeeded", "failed"]
+    reason: str
+    message: str
+    phases: dict[str, datetime | None] = Field(description="created, scheduled, running, finished")
+    replicas: list[ReplicaLaunch]
+    failure: FailureInfo | None = None
+
+
+def to_document(model: BaseModel) -> dict[str, Any]:
+    """JSON-ready dict with the `schema` key spelled as stored."""
+    return model.model_dump(mode="json", by_alias=True)
+
+
+def load_versioned(model: type[M], schema: str, data: bytes | str | dict[str, Any], source: str) -> M:
+    """Parse a stored document of `model`, refusing any other schema version with an actionable message."""
+    document: Any = data
+    if not isinstance(data, dict):
+        try:
+            document = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise SchemaVersionError(f"{source}: not a JSON document ({exc})") from None
+    if not isinstance(document, dict) or "schema" not in document:
+        raise SchemaVersionError(f"{source}: not a Kaliper document (no 'schema' field; expected {schema})")
+    found = document["schema"]
+    if found != schema:
+        family = schema.split("/")[0] + "/"
+        hint = (
+            "it was written by a different Kaliper version; read it with that version or upgrade Kaliper"
+            if isinstance(found, str) and found.startswith(family)
+            else f"expected a {family.rstrip('/')} document"
+        )
+        raise SchemaVersionError(
+            f"{source}: unsupported schema {found!r} (this Kaliper reads {schema}); {hint}"
+        )
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        raise SchemaVersionError(describe_validation_error(exc, source)) from None

@@ -1,0 +1,52 @@
+"""When a job has succeeded or failed: the training operator v1.9 rules, as a pure function."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kaliper.local.operator_env import Replica
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str  # "Succeeded" | "Failed"
+    reason: str
+    message: str
+    replica: str | None = None
+
+
+def job_condition(
+    kind: str,
+    name: str,
+    counts: dict[str, int],
+    exits: dict[Replica, int | None],
+    success_policy: str = "",
+) -> Condition | None:
+    """The terminal condition reached by replicas with these exit codes (None = still running).
+
+    With restartPolicy Never any failed replica fails the job. Success is decided by the Chief/Master
+    (TFJob) or Master (PyTorchJob); without one, by Worker 0 (TFJob default policy) or by all Workers
+    (TFJob `AllWorkers`, PyTorchJob).
+    """
+    for (rtype, index), code in exits.items():
+        if code is not None and code != 0:
+            return Condition(
+                "Failed",
+                f"{kind}Failed",
+                f"{kind} {name} is failed because 1 {rtype} replica(s) failed "
+                f"({rtype.lower()}-{index} exited with code {code}).",
+                f"{rtype}-{index}",
+            )
+    deciders: list[Replica]
+    leader = next(
+        (t for t in (("Chief", "Master") if kind == "TFJob" else ("Master",)) if counts.get(t)), None
+    )
+    if leader is not None:
+        deciders = [(leader, 0)]
+    elif kind == "TFJob" and success_policy != "AllWorkers":
+        deciders = [("Worker", 0)]
+    else:
+        deciders = [("Worker", i) for i in range(counts.get("Worker", 0))]
+    if deciders and all(exits.get(r) == 0 for r in deciders):
+        return Condition("Succeeded", f"{kind}Succeeded", f"{kind} {name} is successfully completed.")
+    return None

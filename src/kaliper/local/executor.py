@@ -1,0 +1,278 @@
+"""Run a rendered TFJob/PyTorchJob manifest on this machine: one process per replica.
+
+Each replica runs its container's command and args in the current Python environment, with the
+container's env, the env the training operator would inject, and the operator's success, failure and
+deadline rules. Replicas still running when the job ends (a PS, or the rest of a failed job) are
+stopped, SIGTERM first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kaliper.configurator.jobs import CONTAINER_NAME, replica_counts, replica_specs
+from kaliper.errors import ExecutionError
+from kaliper.local.completion import Condition, job_condition
+from kaliper.local.operator_env import (
+    LOCAL_HOST,
+    Replica,
+    free_ports,
+    injected_env,
+    operator_labels,
+    pod_name,
+    replicas_of,
+)
+
+_LABEL_PATH = re.compile(r"^metadata\.labels\['([^']+)'\]$")
+
+
+@dataclass
+class ReplicaProcess:
+    replica_type: str
+    index: int
+    pod: str
+    stdout: Path
+    stderr: Path
+    process: subprocess.Popen[bytes] | None = None
+    started: datetime | None = None
+    finished: datetime | None = None
+    exit_code: int | None = None
+    reason: str = "Pending"
+
+    @property
+    def key(self) -> Replica:
+        return (self.replica_type, self.index)
+
+
+@dataclass
+class JobResult:
+    name: str
+    kind: str
+    condition: Condition
+    created: datetime
+    running: datetime | None
+    finished: datetime
+    replicas: list[ReplicaProcess] = field(default_factory=list)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.condition.type == "Succeeded"
+
+
+def container_argv(container: dict[str, Any]) -> list[str]:
+    """Kubernetes semantics (command replaces the entrypoint, args follow), mapped to this interpreter.
+
+    `kaliper` and `python` run with the interpreter running Kaliper, so a local run measures the
+    environment the user is in.
+    """
+    argv = [*container.get("command", []), *container.get("args", [])]
+    if not argv:
+        raise ExecutionError(
+            f"container {container.get('name')!r} has no command; the local executor needs one"
+        )
+    head = argv[0]
+    if head == "kaliper":
+        return [sys.executable, "-m", "kaliper", *argv[1:]]
+    if head in ("python", "python3", "python3.11"):
+        return [sys.executable, *argv[1:]]
+    return argv
+
+
+def _field_value(path: str, pod: str, namespace: str, labels: dict[str, str]) -> str:
+    match = _LABEL_PATH.match(path)
+    if match:
+        return labels.get(match.group(1), "")
+    values = {
+        "metadata.name": pod,
+        "metadata.namespace": namespace,
+        "spec.nodeName": socket.gethostname(),
+        "status.podIP": LOCAL_HOST,
+        "status.hostIP": LOCAL_HOST,
+    }
+    if path not in values:
+        raise ExecutionError(f"env fieldRef {path!r} is not available to the local executor")
+    return values[path]
+
+
+def container_env(
+    container: dict[str, Any], pod: str, namespace: str, labels: dict[str, str]
+) -> dict[str, str]:
+    """The container's declared env; secret and config-map references come from this environment."""
+    env: dict[str, str] = {}
+    for item in container.get("env", []):
+        name = item["name"]
+        if "value" in item:
+            env[name] = str(item["value"])
+            continue
+        source = item.get("valueFrom", {})
+        if "fieldRef" in source:
+            env[name] = _field_value(source["fieldRef"]["fieldPath"], pod, namespace, labels)
+        elif name in os.environ:
+            env[name] = os.environ[name]  # credentials: from the environment, never from the manifest
+        else:
+            raise ExecutionError(
+                f"env {name} of container {container.get('name')!r} comes from {sorted(source)} on a cluster; "
+                f"set {name} in the environment to run it locally"
+            )
+    return env
+
+
+def _pick_container(kind: str, rtype: str, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = pod_spec.get("containers", [])
+    if len(containers) != 1:
+        raise ExecutionError(
+            f"{rtype} pod has {len(containers)} containers; the local executor runs one container per replica"
+        )
+    container = containers[0]
+    if container.get("name") != CONTAINER_NAME[kind]:
+        # The operator keys its env injection on this name; say so instead of running differently.
+        print(
+            f"warning: {kind} container is named {container.get('name')!r}, not {CONTAINER_NAME[kind]!r}",
+            file=sys.stderr,
+        )
+    return container
+
+
+class LocalExecutor:
+    """Runs one job at a time; logs go to `logs_dir/<pod>.{stdout,stderr}.log`."""
+
+    def __init__(self, logs_dir: Path, poll_interval: float = 0.05, grace_period: float = 5.0) -> None:
+        self.logs_dir = logs_dir
+        self.poll_interval = poll_interval
+        self.grace_period = grace_period
+
+    def run(self, manifest: dict[str, Any]) -> JobResult:
+        kind = manifest["kind"]
+        name = manifest["metadata"]["name"]
+        namespace = manifest["metadata"].get("namespace", "default")
+        specs = replica_specs(manifest)
+        counts = replica_counts(manifest)
+        for rtype, spec in specs.items():
+            if spec.get("restartPolicy", "Never") != "Never":
+                raise ExecutionError(f"{rtype}: the local executor runs restartPolicy Never only")
+        deadline_s = manifest["spec"].get("runPolicy", {}).get("activeDeadlineSeconds")
+        replicas = list(replicas_of(counts))
+        ports = dict(zip(replicas, free_ports(len(replicas)), strict=True))
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+
+        created = datetime.now(UTC)
+        start = time.monotonic()
+        procs: list[ReplicaProcess] = []
+        condition: Condition | None = None
+        try:
+            for rtype, index in replicas:
+                pod = pod_name(name, rtype, index)
+                proc = ReplicaProcess(
+                    rtype,
+                    index,
+                    pod,
+                    self.logs_dir / f"{pod}.stdout.log",
+                    self.logs_dir / f"{pod}.stderr.log",
+                )
+                procs.append(proc)
+                self._start(proc, manifest, specs[rtype], counts, ports, namespace)
+            running = datetime.now(UTC)
+            while condition is None:
+                for proc in procs:
+                    if proc.process is not None and proc.exit_code is None:
+                        code = proc.process.poll()
+                        if code is not None:
+                            proc.exit_code = code
+                            proc.finished = datetime.now(UTC)
+                            proc.reason = "Completed" if code == 0 else "Error"
+                exits = {p.key: p.exit_code for p in procs}
+                condition = job_condition(
+                    kind, name, counts, exits, manifest["spec"].get("successPolicy", "")
+                )
+                if condition is None and deadline_s is not None and time.monotonic() - start >= deadline_s:
+                    condition = Condition(
+                        "Failed",
+                        "DeadlineExceeded",
+                        f"{kind} {name} has failed because it was active longer than specified deadline "
+                        f"({deadline_s}s).",
+                    )
+                if condition is None:
+                    time.sleep(self.poll_interval)
+        finally:
+            stop_reason = (
+                "DeadlineExceeded" if condition and condition.reason == "DeadlineExceeded" else "Stopped"
+            )
+            self._stop_all(procs, stop_reason)
+        return JobResult(name, kind, condition, created, running, datetime.now(UTC), procs)
+
+    def _start(
+        self,
+        proc: ReplicaProcess,
+        manifest: dict[str, Any],
+        spec: dict[str, Any],
+        counts: dict[str, int],
+        ports: dict[Replica, int],
+        namespace: str,
+    ) -> None:
+        kind = manifest["kind"]
+        pod_spec = spec.get("template", {}).get("spec", {})
+        pod_labels = {
+            **spec.get("template", {}).get("metadata", {}).get("labels", {}),
+            **operator_labels(kind, manifest["metadata"]["name"], proc.replica_type, proc.index),
+        }
+        container = _pick_container(kind, proc.replica_type, pod_spec)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KALIPER_")}
+        env.update(container_env(container, proc.pod, namespace, pod_labels))
+        env.update(injected_env(manifest, counts, proc.key, container.get("name", ""), ports))
+        argv = container_argv(container)
+        executable = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0], path=env.get("PATH"))
+        proc.started = datetime.now(UTC)
+        with open(proc.stdout, "wb") as out, open(proc.stderr, "wb") as err:
+            if executable is None:
+                err.write(f"local executor: executable {argv[0]!r} not found\n".encode())
+                proc.exit_code, proc.reason, proc.finished = 127, "StartError", datetime.now(UTC)
+                return
+            proc.process = subprocess.Popen(  # argv list, never a shell
+                [executable, *argv[1:]],
+                env=env,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        proc.reason = "Running"
+
+    def _stop_all(self, procs: list[ReplicaProcess], reason: str) -> None:
+        """SIGTERM every process group still alive, then SIGKILL what outlives the grace period."""
+        alive = [p for p in procs if p.process is not None and p.process.poll() is None]
+        for proc in alive:
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_period
+        for proc in alive:
+            assert proc.process is not None
+            try:
+                proc.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.process.wait()
+            proc.exit_code = proc.process.returncode
+            proc.finished = datetime.now(UTC)
+            proc.reason = reason
+        for proc in procs:
+            if proc.process is not None and proc.exit_code is None:
+                proc.exit_code = proc.process.wait()
+                proc.finished = datetime.now(UTC)
+                proc.reason = "Completed" if proc.exit_code == 0 else "Error"
+
+
+def _signal_group(proc: ReplicaProcess, sig: signal.Signals) -> None:
+    assert proc.process is not None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.process.pid, sig)

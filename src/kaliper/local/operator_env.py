@@ -1,0 +1,113 @@
+"""The environment and labels the Kubeflow training operator (v1.9) gives each replica's pod.
+
+Locally every replica is a process on 127.0.0.1 with its own free port; otherwise the variables are
+exactly the operator's, so the same workload code runs unchanged on a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
+
+LOCAL_HOST = "127.0.0.1"
+OPERATOR_NAME = {"PyTorchJob": "pytorchjob-controller", "TFJob": "tfjob-controller"}
+# TF_CONFIG cluster order and membership: the Evaluator is not part of the training cluster.
+TF_CLUSTER_TYPES = ("Chief", "Master", "PS", "Worker")
+Replica = tuple[str, int]
+
+
+def pod_name(job: str, replica_type: str, index: int) -> str:
+    return f"{job}-{replica_type.lower()}-{index}"
+
+
+def replicas_of(counts: dict[str, int]) -> Iterator[Replica]:
+    for rtype, count in counts.items():
+        for index in range(count):
+            yield rtype, index
+
+
+def operator_labels(kind: str, job: str, replica_type: str, index: int) -> dict[str, str]:
+    labels = {
+        "training.kubeflow.org/job-name": job,
+        "training.kubeflow.org/operator-name": OPERATOR_NAME[kind],
+        "training.kubeflow.org/replica-type": replica_type.lower(),
+        "training.kubeflow.org/replica-index": str(index),
+    }
+    if replica_type in ("Master", "Chief"):
+        labels["training.kubeflow.org/job-role"] = "master"
+    return labels
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free TCP ports on the loopback interface (held together so they differ)."""
+    with ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((LOCAL_HOST, 0))
+            ports.append(sock.getsockname()[1])
+        return ports
+
+
+def _world_size(spec: dict[str, Any], counts: dict[str, int]) -> int:
+    nproc = str(spec.get("nprocPerNode", "auto"))
+    per_node = int(nproc) if nproc.isdigit() else 1  # "auto"/"cpu"/"gpu" count as 1, as the operator does
+    return sum(counts.values()) * per_node
+
+
+def pytorch_env(
+    spec: dict[str, Any], counts: dict[str, int], replica: Replica, master_port: int
+) -> dict[str, str]:
+    env = {"PYTHONUNBUFFERED": "1"}
+    if not counts.get("Master"):
+        return env
+    rtype, index = replica
+    rank = 0 if rtype == "Master" else index + 1
+    env.update(
+        {
+            "MASTER_ADDR": LOCAL_HOST,
+            "MASTER_PORT": str(master_port),
+            "PET_MASTER_ADDR": LOCAL_HOST,
+            "PET_MASTER_PORT": str(master_port),
+            "WORLD_SIZE": str(_world_size(spec, counts)),
+            "RANK": str(rank),
+            "PET_NODE_RANK": str(rank),
+        }
+    )
+    if "elasticPolicy" not in spec:
+        env["PET_NNODES"] = str(sum(counts.values()))
+    if "nprocPerNode" in spec:
+        env["PET_NPROC_PER_NODE"] = str(spec["nprocPerNode"])
+    return env
+
+
+def tf_config(counts: dict[str, int], replica: Replica, ports: dict[Replica, int]) -> str:
+    cluster = {
+        rtype.lower(): [f"{LOCAL_HOST}:{ports[(rtype, i)]}" for i in range(counts[rtype])]
+        for rtype in TF_CLUSTER_TYPES
+        if counts.get(rtype)
+    }
+    rtype, index = replica
+    return json.dumps(
+        {"cluster": cluster, "task": {"type": rtype.lower(), "index": index}, "environment": "cloud"}
+    )
+
+
+def injected_env(
+    manifest: dict[str, Any],
+    counts: dict[str, int],
+    replica: Replica,
+    container: str,
+    ports: dict[Replica, int],
+) -> dict[str, str]:
+    """What the operator adds to one container of one replica."""
+    kind = manifest["kind"]
+    if kind == "PyTorchJob":
+        master_port = ports.get(("Master", 0), 0)
+        return pytorch_env(manifest["spec"], counts, replica, master_port)
+    if sum(counts.values()) != 1 and container == "tensorflow":
+        return {"TF_CONFIG": tf_config(counts, replica, ports)}
+    return {}

@@ -1,0 +1,35 @@
+"""The reporter: all records of an experiment → summary.json, results.csv, report.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kaliper.reporter.aggregate import ExperimentResult, load_experiment
+from kaliper.reporter.outputs import SUMMARY_SCHEMA, report_markdown, results_csv, summary_document
+from kaliper.storage import Storage, dump_json, layout
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    summary: str
+    csv: str
+    markdown: str
+    summary_document: dict[str, object]
+
+
+def write_report(storage: Storage, experiment_id: str) -> ReportPaths:
+    """Compute and store the report; identical inputs give identical files, so reruns are safe."""
+    result = load_experiment(storage, experiment_id)
+    document = summary_document(result)
+    files = {
+        "summary.json": dump_json(document),
+        "results.csv": results_csv(result).encode(),
+        "report.md": report_markdown(result).encode(),
+    }
+    for name, data in files.items():
+        storage.put(layout.report_key(experiment_id, name), data)
+    where = {name: storage.location(layout.report_key(experiment_id, name)) for name in files}
+    return ReportPaths(where["summary.json"], where["results.csv"], where["report.md"], document)
+
+
+__all__ = ["SUMMARY_SCHEMA", "ExperimentResult", "ReportPaths", "load_experiment", "write_report"]

@@ -1,0 +1,163 @@
+"""Read every document of an experiment and reduce it to per-run and per-trial results.
+
+A run (one repetition of one trial) is the independent statistical unit. Its status comes from the
+launcher's launch.json and the success-deciding replica's record; a trial's metric is the median of
+its run medians with a hierarchical bootstrap CI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kaliper.configurator import read_experiment, read_trial
+from kaliper.configurator.jobs import primary_replica
+from kaliper.documents import LAUNCH_SCHEMA, ExperimentDoc, LaunchDoc, TrialDoc, load_versioned
+from kaliper.results.record import ResultRecord, load_record
+from kaliper.statistics import hierarchical_bootstrap_median
+from kaliper.storage import Storage, layout
+
+MEASURED = ("ok", "not_converged")
+
+
+@dataclass
+class RunResult:
+    repetition: int
+    status: str  # ok | not_converged | failed | timeout | missing
+    error: str | None
+    launch: LaunchDoc | None
+    primary: ResultRecord | None
+    records: list[ResultRecord] = field(default_factory=list)
+
+    @property
+    def measured(self) -> bool:
+        return self.status in MEASURED and self.primary is not None
+
+
+@dataclass
+class TrialMetric:
+    unit: str
+    direction: str
+    formula: str | None
+    median: float
+    ci_low: float
+    ci_high: float
+    ci_level: float
+    n_runs: int
+    n_samples: int
+
+
+@dataclass
+class TrialResult:
+    doc: TrialDoc
+    runs: list[RunResult]
+    metrics: dict[str, TrialMetric]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        statuses = [r.status for r in self.runs]
+        return {s: statuses.count(s) for s in ("ok", "not_converged", "failed", "timeout", "missing")}
+
+    @property
+    def status(self) -> str:
+        measured = sum(1 for r in self.runs if r.measured)
+        if measured == len(self.runs):
+            return "ok"
+        if measured == 0:
+            return "missing" if all(r.status == "missing" for r in self.runs) else "failed"
+        return "partial"
+
+
+@dataclass
+class ExperimentResult:
+    experiment: ExperimentDoc
+    trials: list[TrialResult]
+
+    def all_runs(self) -> list[tuple[TrialResult, RunResult]]:
+        return [(t, r) for t in self.trials for r in t.runs]
+
+    def all_records(self) -> list[ResultRecord]:
+        return [rec for _t, r in self.all_runs() for rec in r.records]
+
+
+def _load_run(storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys: set[str]) -> RunResult:
+    launch = None
+    launch_key = layout.launch_key(exp, trial.id, repetition)
+    if launch_key in keys:
+        launch = load_versioned(
+            LaunchDoc, LAUNCH_SCHEMA, storage.get(launch_key), storage.location(launch_key)
+        )
+    prefix = layout.run_prefix(exp, trial.id, repetition) + "/"
+    record_keys = sorted(
+        k
+        for k in keys
+        if k.startswith(prefix) and "/" not in k[len(prefix) :] and k.endswith(".json") and k != launch_key
+    )
+    records = [load_record(storage.get(k), storage.location(k)) for k in record_keys]
+    rtype, index = primary_replica(trial.job.kind, trial.job.replicas)
+    primary = next(
+        (r for r in records if r.ids.replica_type.lower() == rtype.lower() and r.ids.replica_index == index),
+        None,
+    )
+    status: str
+    error: str | None
+    if launch is not None and launch.status == "failed":
+        status = "timeout" if launch.reason == "DeadlineExceeded" else "failed"
+        error = f"{launch.reason}: {launch.message}"
+        if primary is not None and primary.error and primary.recorded_by == "workload":
+            error = f"{error}\n{primary.error}"
+    elif primary is not None:
+        status, error = primary.status, primary.error
+    elif launch is not None:
+        status, error = "failed", f"the job succeeded but {rtype.lower()}-{index} wrote no result record"
+    else:
+        status, error = (
+            "missing",
+            "no launch record and no result record (the run never happened or was interrupted)",
+        )
+    return RunResult(repetition, status, error, launch, primary, records)
+
+
+def _trial_metrics(runs: list[RunResult]) -> dict[str, TrialMetric]:
+    measured = [r for r in runs if r.measured and r.primary is not None]
+    if not measured:
+        return {}
+    metrics: dict[str, TrialMetric] = {}
+    first = measured[0].primary
+    assert first is not None
+    for name, meta in first.metrics.items():
+        per_run = [
+            r.primary.metrics[name].values for r in measured if r.primary and name in r.primary.metrics
+        ]
+        median, low, high = hierarchical_bootstrap_median(per_run, meta.summary.ci_level)
+        metrics[name] = TrialMetric(
+            unit=meta.unit,
+            direction=meta.direction,
+            formula=meta.formula,
+            median=median,
+            ci_low=low,
+            ci_high=high,
+            ci_level=meta.summary.ci_level,
+            n_runs=len(per_run),
+            n_samples=int(np.sum([len(v) for v in per_run])),
+        )
+    return metrics
+
+
+def load_experiment(storage: Storage, experiment_id: str) -> ExperimentResult:
+    experiment = read_experiment(storage, experiment_id)
+    keys = set(storage.list(layout.experiment_prefix(experiment_id) + "/trials"))
+    trials = []
+    for trial_id in experiment.trials:
+        doc = read_trial(storage, experiment_id, trial_id)
+        runs = [_load_run(storage, experiment_id, doc, rep, keys) for rep in range(experiment.repetitions)]
+        trials.append(TrialResult(doc, runs, _trial_metrics(runs)))
+    return ExperimentResult(experiment, trials)
+
+
+def run_medians(run: RunResult) -> dict[str, Any]:
+    if run.primary is None or not run.measured:
+        return {}
+    return {name: metric.summary.median for name, metric in run.primary.metrics.items()}

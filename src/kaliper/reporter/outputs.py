@@ -1,0 +1,242 @@
+"""The report files: summary.json (`kaliper.summary/v1`), results.csv and report.md.
+
+Everything here is a pure function of the stored documents (no wall-clock time, seeded bootstrap), so
+rerunning the reporter gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult, run_medians
+
+SUMMARY_SCHEMA = "kaliper.summary/v1"
+CI_METHOD = "hierarchical-bootstrap"
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.3e}"
+
+
+def _run_summary(run: RunResult) -> dict[str, Any]:
+    primary = run.primary
+    return {
+        "repetition": run.repetition,
+        "status": run.status,
+        "error": run.error,
+        "converged": primary.sampling.converged if primary and primary.sampling else None,
+        "n_samples": len(primary.samples.timed) if primary and primary.samples else 0,
+        "medians": run_medians(run),
+        "phases": {k: v.isoformat() if v else None for k, v in run.launch.phases.items()}
+        if run.launch
+        else None,
+    }
+
+
+def _trial_summary(trial: TrialResult) -> dict[str, Any]:
+    counts = trial.counts
+    return {
+        "trial": trial.doc.id,
+        "params": trial.doc.params,
+        "matrix_point": trial.doc.matrix_point,
+        "stack": trial.doc.stack.model_dump(mode="json"),
+        "status": trial.status,
+        "repetitions": {"planned": len(trial.runs), "ok": sum(1 for r in trial.runs if r.measured), **counts},
+        "metrics": {
+            name: {
+                "unit": m.unit,
+                "direction": m.direction,
+                "formula": m.formula,
+                "median": m.median,
+                "ci_low": m.ci_low,
+                "ci_high": m.ci_high,
+                "ci_level": m.ci_level,
+                "ci_method": CI_METHOD,
+                "n": m.n_runs,
+                "n_samples": m.n_samples,
+            }
+            for name, m in trial.metrics.items()
+        },
+        "runs": [_run_summary(r) for r in trial.runs],
+    }
+
+
+def _provenance(result: ExperimentResult) -> dict[str, Any]:
+    records = [r for r in result.all_records() if r.recorded_by == "workload"]
+    return {
+        "stack_ids": sorted({r.stack.id for r in records}),
+        "frameworks": sorted(
+            {
+                f"{r.workload.framework} {r.workload.framework_version}"
+                for r in records
+                if r.workload.framework_version
+            }
+        ),
+        "python": sorted({r.stack.python["version"] for r in records}),
+        "cpu_models": sorted({r.hardware.cpu_model or "unknown" for r in records}),
+        "hosts": sorted({r.hardware.hostname for r in records}),
+    }
+
+
+def summary_document(result: ExperimentResult) -> dict[str, Any]:
+    exp = result.experiment
+    runs = [r for _t, r in result.all_runs()]
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "experiment": exp.id,
+        "spec_name": exp.spec_name,
+        "created": exp.created.isoformat(),
+        "kaliper_version": exp.kaliper_version,
+        "workload": exp.workload,
+        "repetitions": exp.repetitions,
+        "runs": {
+            "planned": len(runs),
+            "succeeded": sum(1 for r in runs if r.measured),
+            "failed": sum(1 for r in runs if r.status in ("failed", "timeout")),
+            "missing": sum(1 for r in runs if r.status == "missing"),
+        },
+        "trials": [_trial_summary(t) for t in result.trials],
+        "provenance": _provenance(result),
+    }
+
+
+def results_csv(result: ExperimentResult) -> str:
+    """One row per result record (every replica of every run, failures included)."""
+    records = result.all_records()
+    params = sorted({k for r in records for k in r.params})
+    metrics = sorted({k for r in records for k in r.metrics})
+    header = [
+        "experiment",
+        "trial",
+        "repetition",
+        "replica",
+        "status",
+        "recorded_by",
+        "converged",
+        "n_samples",
+    ]
+    header += [f"param.{p}" for p in params]
+    for m in metrics:
+        header += [f"{m}.median", f"{m}.ci_low", f"{m}.ci_high", f"{m}.unit"]
+    header += ["framework", "framework_version", "stack_id", "cpu_model", "started", "finished", "error"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for rec in records:
+        row: list[Any] = [
+            rec.ids.experiment,
+            rec.ids.trial,
+            rec.ids.repetition,
+            f"{rec.ids.replica_type.lower()}-{rec.ids.replica_index}",
+            rec.status,
+            rec.recorded_by,
+            rec.sampling.converged if rec.sampling else "",
+            len(rec.samples.timed) if rec.samples else 0,
+        ]
+        row += [rec.params.get(p, "") for p in params]
+        for m in metrics:
+            metric = rec.metrics.get(m)
+            s = metric.summary if metric else None
+            row += [s.median, s.ci_low, s.ci_high, metric.unit] if metric and s else ["", "", "", ""]
+        row += [
+            rec.workload.framework or "",
+            rec.workload.framework_version or "",
+            rec.stack.id,
+            rec.hardware.cpu_model or "",
+            rec.timestamps.started.isoformat(),
+            rec.timestamps.finished.isoformat(),
+            (rec.error or "").splitlines()[0] if rec.error else "",
+        ]
+        writer.writerow(row)
+    return out.getvalue()
+
+
+def _metric_cell(trial: TrialResult, name: str) -> str:
+    m = trial.metrics.get(name)
+    if m is None:
+        return "–"
+    return f"{_num(m.median)} [{_num(m.ci_low)}, {_num(m.ci_high)}]"
+
+
+def report_markdown(result: ExperimentResult) -> str:
+    exp = result.experiment
+    summary = summary_document(result)
+    prov = summary["provenance"]
+    metric_names = list(dict.fromkeys(n for t in result.trials for n in t.metrics))
+    units = {n: m.unit for t in result.trials for n, m in t.metrics.items()}
+    swept = list(exp.matrix)
+    lines = [
+        f"# Kaliper report: {exp.id}",
+        "",
+        f"- Spec: `{exp.spec_name}`; workload `{exp.workload.get('name') or exp.workload.get('template')}` "
+        f"({exp.workload.get('framework')}); {len(result.trials)} trial(s) × {exp.repetitions} repetition(s)",
+        f"- Runs: {summary['runs']['succeeded']} measured, {summary['runs']['failed']} failed, "
+        f"{summary['runs']['missing']} missing, of {summary['runs']['planned']}",
+        f"- Stack: {', '.join(prov['frameworks']) or '–'}; Python {', '.join(prov['python']) or '–'}; "
+        f"stack id {', '.join(s[:19] + '…' for s in prov['stack_ids']) or '–'}",
+        f"- Hardware: {', '.join(prov['cpu_models']) or '–'} on {', '.join(prov['hosts']) or '–'}",
+        "",
+        "## Results",
+        "",
+        "Median of the run medians, with its 95% confidence interval from a hierarchical bootstrap "
+        "(runs, then samples within runs).",
+        "",
+    ]
+    header = ["trial", *swept, "status", "ok runs", *(f"{n} ({units[n]})" for n in metric_names)]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for t in result.trials:
+        ok = sum(1 for r in t.runs if r.measured)
+        cells = [
+            t.doc.id,
+            *(str(t.doc.matrix_point.get(k, "")) for k in swept),
+            t.status,
+            f"{ok}/{len(t.runs)}",
+        ]
+        cells += [_metric_cell(t, n) for n in metric_names]
+        lines.append("| " + " | ".join(cells) + " |")
+
+    for t in result.trials:
+        params = ", ".join(f"{k}={v}" for k, v in t.doc.params.items())
+        lines += [
+            "",
+            f"### Trial {t.doc.id}",
+            "",
+            f"Parameters: {params or '–'}; stack `{t.doc.stack.name}`",
+            "",
+        ]
+        header = ["repetition", "status", "converged", "samples", *(f"{n} median" for n in metric_names)]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for run in t.runs:
+            medians = run_medians(run)
+            rs = _run_summary(run)
+            converged = {True: "yes", False: "no", None: "–"}[rs["converged"]]
+            cells = [str(run.repetition), run.status, converged, str(rs["n_samples"])]
+            cells += [_num(medians.get(n)) for n in metric_names]
+            lines.append("| " + " | ".join(cells) + " |")
+
+    failed = [(t, r) for t, r in result.all_runs() if r.status not in ("ok", "not_converged")]
+    if failed:
+        lines += ["", "## Failed runs", ""]
+        for t, r in failed:
+            first, _, rest = (r.error or "").partition("\n")
+            lines.append(f"- {t.doc.id} repetition {r.repetition}: **{r.status}**: {first}")
+            if rest.strip():
+                lines += ["", "  ```", *("  " + line for line in rest.strip().splitlines()), "  ```", ""]
+
+    formulas = {n: m.formula for t in result.trials for n, m in t.metrics.items() if m.formula}
+    s = exp.sampling
+    lines += [
+        "",
+        "## Method",
+        "",
+        f"- Sampling per run: {s['warmup']} warm-up samples (recorded, not counted), then timed samples until the "
+        f"{s['confidence']:.0%} distribution-free CI of the median is within {s['target_rel_ci']:.1%} of the median "
+        f"on two consecutive checks, or {s['max_samples']} samples, or {s['max_time_s']:g} s.",
+        "- Timers: `time.perf_counter_ns`; device work is synchronised before a sample ends.",
+        *(f"- `{n}` = {f}" for n, f in formulas.items()),
+    ]
+    return "\n".join(lines) + "\n"

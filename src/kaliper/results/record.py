@@ -1,0 +1,143 @@
+"""The result record, schema `kaliper.result/v1`: one JSON document per replica process.
+
+Raw samples are always kept (never only a median), so every summary can be recomputed; provenance
+(stack, hardware) travels with every record because it is what makes two numbers comparable.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kaliper.documents import load_versioned
+
+RESULT_SCHEMA: Final = "kaliper.result/v1"
+RunStatus = Literal["ok", "failed", "timeout", "not_converged"]
+Direction = Literal["more_is_better", "less_is_better"]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class RecordIds(Model):
+    experiment: str
+    trial: str
+    repetition: int
+    replica_type: str
+    replica_index: int
+
+
+class WorkloadInfo(Model):
+    name: str
+    framework: str | None
+    framework_version: str | None = None
+    version: str = Field(description="kaliper version + workload implementation version")
+
+
+class Timestamps(Model):
+    started: datetime
+    warmup_done: datetime | None = None
+    finished: datetime
+
+
+class SamplingOutcome(Model):
+    """The sampling rule that was applied and how it ended."""
+
+    warmup: int
+    target_rel_ci: float
+    min_samples: int
+    max_samples: int
+    max_time_s: float
+    confidence: float
+    converged: bool
+    stop_reason: Literal["converged", "max_samples", "max_time"]
+    rel_ci_width: float | None
+
+
+class Samples(Model):
+    unit: Literal["ns"] = "ns"
+    calls_per_sample: int = Field(description="work units timed together as one sample")
+    warmup: list[int]
+    timed: list[int]
+
+
+class MetricSummary(Model):
+    median: float
+    ci_low: float | None
+    ci_high: float | None
+    ci_level: float
+    ci_method: str = "order-statistics"
+    n: int
+    rel_ci_width: float | None
+
+
+class Metric(Model):
+    unit: str
+    direction: Direction
+    formula: str | None = Field(None, description="how the value is derived from one sample's time")
+    values: list[float] = Field(description="one value per timed sample, in sample order")
+    summary: MetricSummary
+
+
+class Package(Model):
+    name: str
+    version: str
+    installer: str | None = None
+    direct_url: dict[str, Any] | None = Field(
+        None, description="PEP 610 direct_url.json when pip recorded one"
+    )
+
+
+class Stack(Model):
+    id: str = Field(description="sha256 over python, packages and image: the comparison key")
+    python: dict[str, str]
+    packages: list[Package]
+    image: str | None = None
+    framework_build: dict[str, Any] = Field(default_factory=dict)
+    threads: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class Hardware(Model):
+    cpu_model: str | None
+    arch: str
+    logical_cores: int | None
+    physical_cores: int | None
+    usable_cores: int | None
+    cpu_quota_cores: float | None
+    flags: list[str]
+    memory_bytes: int | None
+    gpus: list[dict[str, Any]] = Field(default_factory=list)
+    kernel: str
+    hostname: str
+
+
+class ResultRecord(Model):
+    schema_: Literal["kaliper.result/v1"] = Field(RESULT_SCHEMA, alias="schema")
+    ids: RecordIds
+    workload: WorkloadInfo
+    params: dict[str, Any]
+    status: RunStatus
+    error: str | None = None
+    recorded_by: Literal["workload", "executor", "launcher"] = "workload"
+    timestamps: Timestamps
+    sampling: SamplingOutcome | None = None
+    samples: Samples | None = None
+    metrics: dict[str, Metric] = Field(default_factory=dict)
+    stack: Stack
+    hardware: Hardware
+    resources: dict[str, Any] | None = None
+
+    def to_json_bytes(self) -> bytes:
+        """Canonical bytes (sorted keys) for storage."""
+        document = self.model_dump(mode="json", by_alias=True)
+        return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+
+
+def load_record(data: bytes | str | dict[str, Any], source: str) -> ResultRecord:
+    """Parse a stored record, rejecting unknown schema versions with a message that says what to do."""
+    return load_versioned(ResultRecord, RESULT_SCHEMA, data, source)

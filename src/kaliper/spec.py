@@ -1,0 +1,368 @@
+"""The benchmark spec: the YAML a user writes, as a strict pydantic model.
+
+Everything a spec can get wrong is caught here or in `check_against_workload`, before anything runs or
+is written: unknown keys, wrong types, parameters the workload does not take, unusable storage URLs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from kaliper import __version__
+from kaliper.errors import ParameterError, SpecError, StorageURLError
+from kaliper.storage import DEFAULT_STORAGE_URL, check_storage_url
+from kaliper.units import QUANTITY, parse_duration
+from kaliper.validation import describe_validation_error
+
+MAX_SPEC_BYTES = 1 << 20
+MAX_YAML_NODES = 100_000
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+REPLICA_TYPES = {
+    "PyTorchJob": ("Master", "Worker"),
+    "TFJob": ("Chief", "Master", "PS", "Worker", "Evaluator"),
+}
+JOB_KIND_OF = {"pytorch": "PyTorchJob", "tensorflow": "TFJob"}
+IMAGE_REF = re.compile(r"^[a-z0-9]+([._/:-][a-z0-9]+)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$", re.I)
+CRON_FIELD = re.compile(r"^[\d*/,\-A-Za-z?LW#]+$")
+
+Scalar = int | float | str | bool
+
+
+def _duration(value: Any) -> float:
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+
+
+Duration = Annotated[float, BeforeValidator(_duration)]
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors: a typo must never be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkloadSpec(StrictModel):
+    name: str | None = Field(None, description="built-in workload name (kaliper workloads lists them)")
+    template: str | None = Field(None, description="jsonnet job template, relative to the spec file")
+    framework: Literal["pytorch", "tensorflow"] = "pytorch"
+    params: dict[str, Scalar] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _name_or_template(self) -> WorkloadSpec:
+        if self.name is None and self.template is None:
+            raise ValueError("give a built-in workload `name`, a jsonnet `template`, or both")
+        return self
+
+
+class SamplingSpec(StrictModel):
+    warmup: int = Field(5, ge=0, description="samples run and recorded but not counted")
+    target_rel_ci: float = Field(0.02, gt=0, lt=1, description="stop when CI width / median is below this")
+    min_samples: int = Field(10, ge=6, description="at least 6 for a finite 95% CI of the median")
+    max_samples: int = Field(2000, ge=6)
+    max_time: Duration = Field(60.0, description="budget for the timed samples of one run")
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> SamplingSpec:
+        if self.min_samples > self.max_samples:
+            raise ValueError(f"min_samples ({self.min_samples}) exceeds max_samples ({self.max_samples})")
+        return self
+
+
+class ResourcesSpec(StrictModel):
+    """Requests = limits (Guaranteed QoS): CPU limits below requests cause CFS throttling artefacts."""
+
+    cpu: str | None = None
+    memory: str | None = None
+    gpu: int = Field(0, ge=0, description="nvidia.com/gpu")
+
+    @field_validator("cpu", "memory", mode="before")
+    @classmethod
+    def _quantity(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if value is not None and (not isinstance(value, str) or not QUANTITY.match(value)):
+            raise ValueError("expected a Kubernetes quantity such as 2, 500m or 4Gi")
+        return value
+
+
+class JobSpec(StrictModel):
+    kind: Literal["PyTorchJob", "TFJob"] = "PyTorchJob"
+    replicas: dict[str, Annotated[int, Field(ge=1, le=1024)]] = Field(default_factory=lambda: {"Master": 1})
+    image: str = f"ghcr.io/kaliper-dev/kaliper-pytorch:{__version__}"
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    timeout: Duration = Field(1800.0, description="activeDeadlineSeconds of the job")
+    namespace: str | None = None
+    service_account: str | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    success_policy: Literal["", "AllWorkers"] = Field("", description="TFJob only")
+
+    @field_validator("image")
+    @classmethod
+    def _pinned_image(cls, value: str) -> str:
+        if not IMAGE_REF.match(value):
+            raise ValueError("expected an image reference such as registry/name:1.2.3")
+        last = value.rsplit("/", 1)[-1]
+        if "@sha256:" not in value and ":" not in last:
+            raise ValueError("image has no tag; pin a version tag or a digest (registry/name:1.2.3)")
+        if last.split("@")[0].endswith(":latest"):
+            raise ValueError("image tag 'latest' is not pinned; use a version tag or a digest")
+        return value
+
+    @model_validator(mode="after")
+    def _replica_types(self) -> JobSpec:
+        allowed = REPLICA_TYPES[self.kind]
+        for rtype in self.replicas:
+            if rtype not in allowed:
+                raise ValueError(f"{self.kind} has no replica type {rtype!r} (allowed: {', '.join(allowed)})")
+        if not self.replicas:
+            raise ValueError("a job needs at least one replica")
+        if self.kind == "PyTorchJob" and self.replicas.get("Master", 0) > 1:
+            raise ValueError("a PyTorchJob has at most one Master")
+        if self.kind == "TFJob" and (self.replicas.get("Chief", 0) > 1 or self.replicas.get("Master", 0) > 1):
+            raise ValueError("a TFJob has at most one Chief/Master")
+        if self.success_policy and self.kind != "TFJob":
+            raise ValueError("success_policy applies to TFJob only")
+        return self
+
+
+class StackSpec(StrictModel):
+    """One software stack to compare: an image (cluster) and/or pinned requirements."""
+
+    name: str
+    image: str | None = None
+    requirements: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        if not DNS_LABEL.match(value) or len(value) > 20:
+            raise ValueError("expected a DNS-1123 label of at most 20 characters")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return None if value is None else JobSpec._pinned_image(value)
+
+
+class MonitoringSpec(StrictModel):
+    prometheus: str | None = None
+    pushgateway: str | None = None
+
+
+class BenchmarkSpec(StrictModel):
+    name: str = Field(description="DNS-1123 label, at most 30 characters; experiment ids derive from it")
+    description: str | None = None
+    workload: WorkloadSpec
+    matrix: dict[str, list[Scalar]] = Field(default_factory=dict)
+    repetitions: int = Field(3, ge=1, le=1000)
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    job: JobSpec = Field(default_factory=JobSpec)
+    stacks: list[StackSpec] = Field(default_factory=list)
+    storage: str = DEFAULT_STORAGE_URL
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    schedule: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _job_follows_framework(cls, data: Any) -> Any:
+        """A TensorFlow workload without a `job` gets a one-Worker TFJob and the TensorFlow image."""
+        if isinstance(data, dict) and "job" not in data:
+            workload = data.get("workload")
+            if isinstance(workload, dict) and workload.get("framework") == "tensorflow":
+                image = f"ghcr.io/kaliper-dev/kaliper-tensorflow:{__version__}"
+                data = {**data, "job": {"kind": "TFJob", "replicas": {"Worker": 1}, "image": image}}
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not DNS_LABEL.match(value) or len(value) > 30:
+            raise ValueError(
+                "expected a DNS-1123 label (lower-case letters, digits, '-') of at most 30 characters"
+            )
+        return value
+
+    @field_validator("matrix")
+    @classmethod
+    def _matrix(cls, value: dict[str, list[Scalar]]) -> dict[str, list[Scalar]]:
+        for key, values in value.items():
+            if not values:
+                raise ValueError(f"matrix.{key} is an empty list; give at least one value")
+            if len(set(map(repr, values))) != len(values):
+                raise ValueError(f"matrix.{key} repeats a value")
+        return value
+
+    @field_validator("stacks")
+    @classmethod
+    def _unique_stacks(cls, value: list[StackSpec]) -> list[StackSpec]:
+        names = [s.name for s in value]
+        if len(set(names)) != len(names):
+            raise ValueError("stack names must be unique")
+        return value
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str) -> str:
+        try:
+            return check_storage_url(value)
+        except StorageURLError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        fields = value.split()
+        if len(fields) != 5 or not all(CRON_FIELD.match(f) for f in fields):
+            raise ValueError("expected a cron expression with 5 fields, e.g. '0 2 * * *'")
+        return value
+
+    @model_validator(mode="after")
+    def _framework_matches_job(self) -> BenchmarkSpec:
+        if self.workload.name is not None and self.workload.template is None:
+            expected = JOB_KIND_OF[self.workload.framework]
+            if self.job.kind != expected:
+                raise ValueError(
+                    f"job.kind {self.job.kind} cannot run a {self.workload.framework} workload; use {expected}"
+                )
+        return self
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec with the text it came from (stored verbatim) and the directory it lives in."""
+
+    spec: BenchmarkSpec
+    text: str
+    source: str
+    base_dir: Path
+
+
+class _BudgetLoader(yaml.SafeLoader):
+    """SafeLoader that refuses documents whose alias expansion exceeds a node budget (alias bombs)."""
+
+
+def _count_nodes(node: yaml.Node, budget: list[int]) -> None:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise SpecError("")
+    if isinstance(node, yaml.SequenceNode):
+        for child in node.value:
+            _count_nodes(child, budget)
+    elif isinstance(node, yaml.MappingNode):
+        for key, child in node.value:
+            _count_nodes(key, budget)
+            _count_nodes(child, budget)
+
+
+def parse_spec_text(text: str, source: str) -> dict[str, Any]:
+    """YAML text to a mapping, refusing empty files, non-mappings and alias bombs."""
+    if not text.strip():
+        raise SpecError(f"{source}: the file is empty; expected a benchmark spec (a YAML mapping)")
+    try:
+        node = yaml.compose(text, Loader=_BudgetLoader)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{source}: not valid YAML: {exc}") from None
+    if node is None:
+        raise SpecError(f"{source}: the file holds no YAML document; expected a benchmark spec")
+    try:
+        _count_nodes(node, [MAX_YAML_NODES])
+    except SpecError:
+        raise SpecError(
+            f"{source}: the YAML expands to more than {MAX_YAML_NODES} nodes (alias bomb?); refusing to load it"
+        ) from None
+    except RecursionError:
+        raise SpecError(
+            f"{source}: the YAML nests too deeply or refers to itself; refusing to load it"
+        ) from None
+    try:
+        data = yaml.load(text, Loader=_BudgetLoader)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{source}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: expected a YAML mapping at the top level, found {type(data).__name__}")
+    return data
+
+
+def load_spec(path: str | Path) -> LoadedSpec:
+    """Read, parse and fully validate a spec file, including its parameters against the workload."""
+    path = Path(path)
+    source = str(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError(f"{source}: no such file") from None
+    except OSError as exc:
+        raise SpecError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(f"{source}: {len(raw)} bytes; a spec may be at most {MAX_SPEC_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return spec_from_text(text, source, path.parent)
+
+
+def spec_from_text(text: str, source: str, base_dir: Path) -> LoadedSpec:
+    data = parse_spec_text(text, source)
+    try:
+        spec = BenchmarkSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(describe_validation_error(exc, source)) from None
+    try:
+        check_against_workload(spec)
+    except ParameterError as exc:
+        raise SpecError(f"{source}: {exc}") from None
+    if spec.workload.template is not None and not (base_dir / spec.workload.template).is_file():
+        raise SpecError(
+            f"{source}: workload.template: no such file {str(base_dir / spec.workload.template)!r}"
+        )
+    return LoadedSpec(spec=spec, text=text, source=source, base_dir=base_dir)
+
+
+def check_against_workload(spec: BenchmarkSpec) -> None:
+    """Parameters in `workload.params` and `matrix` must be ones the built-in workload declares."""
+    both = sorted(set(spec.workload.params) & set(spec.matrix))
+    if both:
+        raise ParameterError(
+            f"matrix.{both[0]}: also set in workload.params; give each parameter in one place"
+        )
+    if spec.workload.name is None:
+        return
+    from kaliper.workloads import get_workload
+
+    try:
+        definition = get_workload(spec.workload.name)
+    except ParameterError as exc:
+        raise ParameterError(f"workload.name: {exc}") from None
+    definition.implementation_target(spec.workload.framework, where="workload.framework")
+    definition.params.resolve(spec.workload.params, definition.name, "workload.params")
+    for key, values in spec.matrix.items():
+        param = definition.params.get(key)
+        if param is None:
+            known = ", ".join(definition.params.names())
+            raise ParameterError(
+                f"matrix.{key}: workload {definition.name} has no parameter {key!r} (it takes: {known})"
+            )
+        for i, value in enumerate(values):
+            param.coerce(value, f"matrix.{key}[{i}]")

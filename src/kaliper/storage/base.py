@@ -1,0 +1,63 @@
+"""The one storage interface every part of Kaliper writes through.
+
+Objects are written whole and never rewritten: writing a key that exists with identical bytes is a
+no-op (so a rerun of the reporter is safe), with different bytes it is an error (so no result is ever
+silently replaced).
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from typing import Any
+
+from kaliper.errors import StorageError
+
+
+def check_key(key: str) -> str:
+    """Keys are relative, '/'-separated and never climb out of the storage root."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise StorageError(f"invalid storage key {key!r}")
+    return key
+
+
+def dump_json(document: Any) -> bytes:
+    """The canonical bytes of a JSON document: sorted keys, so identical content gives identical bytes."""
+    return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+class Storage(ABC):
+    """put / get / exists / list over one storage root named by a URL."""
+
+    url: str
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Store `data` under `key` atomically; identical content is accepted, different content is not."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The bytes under `key`; NotFoundError when there are none."""
+
+    @abstractmethod
+    def exists(self, key: str) -> bool:
+        """Whether an object is stored under `key`."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> list[str]:
+        """Every key under `prefix` (recursively), sorted."""
+
+    @abstractmethod
+    def location(self, key: str) -> str:
+        """Where a person finds the object (a path or URL), for messages and `--json` output."""
+
+    def put_json(self, key: str, document: Any) -> None:
+        self.put(key, dump_json(document))
+
+    def get_json(self, key: str) -> Any:
+        data = self.get(key)
+        try:
+            return json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise StorageError(f"{self.location(key)}: not valid JSON ({exc})") from exc

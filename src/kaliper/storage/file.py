@@ -1,0 +1,82 @@
+"""`file://PATH` storage: a local directory or a mounted PVC."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from kaliper.errors import NotFoundError, ObjectExistsError, StorageError
+from kaliper.storage.base import Storage, check_key
+
+
+class FileStorage(Storage):
+    """Objects are files under `root`; a write goes to a temp file that is then linked into place.
+
+    `os.link` fails when the target exists, so two writers can never both create the same key and a
+    reader never sees a half-written file.
+    """
+
+    def __init__(self, root: Path, url: str) -> None:
+        self.root = root
+        self.url = url
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        if path.exists():
+            self._check_same(path, key, data)
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    self._check_same(path, key, data)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+    def _check_same(self, path: Path, key: str, data: bytes) -> None:
+        if path.read_bytes() != data:
+            raise ObjectExistsError(
+                f"{path} already exists with different content; stored objects are never rewritten"
+            )
+
+    def get(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise NotFoundError(f"{path} does not exist") from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def list(self, prefix: str) -> list[str]:
+        base = self.root / prefix.rstrip("/") if prefix else self.root
+        if not base.is_dir():
+            return []
+        keys = []
+        for dirpath, _dirnames, filenames in os.walk(base):
+            for name in filenames:
+                if name.startswith(".") and name.endswith(".tmp"):
+                    continue
+                keys.append(Path(dirpath, name).relative_to(self.root).as_posix())
+        return sorted(keys)
+
+    def location(self, key: str) -> str:
+        return str(self._path(key))

@@ -1,0 +1,88 @@
+"""pi-matmul in PyTorch: C = A·B for n×n matrices; one sample = `calls_per_sample` calls.
+
+FLOPs per call = 2n³ (n³ multiplies and n³ adds; the exact count is 2n³ - n², the difference is below
+0.1% for n ≥ 1024 and is stated so results stay comparable with 2MNK-based tools).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from kaliper.errors import WorkloadError
+from kaliper.workloads.measurement import Measurement, MetricDef
+from kaliper.workloads.sampling import SamplingRule, collect
+from kaliper.workloads.torch_support import device_and_sync, torch_build_info, torch_gpus, torch_threads
+
+TARGET_SAMPLE_NS = 10_000_000  # one sample lasts >= 10 ms when calibrated (asv's sample_time)
+
+
+def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
+    import torch
+
+    threads = torch_threads(params["threads"])
+    device, sync = device_and_sync(params["device"])
+    n = int(params["matrix_size"])
+    dtype = getattr(torch, params["dtype"])
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    try:
+        torch.mm(a, b, out=out)
+        sync()
+    except (RuntimeError, TypeError) as exc:
+        raise WorkloadError(
+            f"torch {torch.__version__} cannot multiply {params['dtype']} matrices on {device}: {exc}"
+        ) from exc
+
+    calls = int(params["calls_per_sample"]) or _calibrate(lambda: torch.mm(a, b, out=out), sync)
+
+    def measure() -> int:
+        sync()
+        start = time.perf_counter_ns()
+        for _ in range(calls):
+            torch.mm(a, b, out=out)
+        sync()  # GPU kernels are asynchronous: the sample ends when the device is done
+        return time.perf_counter_ns() - start
+
+    samples = collect(measure, rule)
+    flop_per_sample = 2.0 * n**3 * calls
+    return Measurement(
+        samples=samples,
+        calls_per_sample=calls,
+        metrics={
+            "gflops": MetricDef(
+                unit="GFLOP/s",
+                direction="more_is_better",
+                formula="2 * matrix_size^3 * calls_per_sample / t",
+                from_ns=lambda ns: flop_per_sample / ns,  # FLOP/ns == GFLOP/s
+            ),
+            "time_per_call": MetricDef(
+                unit="s",
+                direction="less_is_better",
+                formula="t / calls_per_sample",
+                from_ns=lambda ns: ns / 1e9 / calls,
+            ),
+        },
+        framework="pytorch",
+        framework_version=str(torch.__version__),
+        framework_build=torch_build_info(),
+        threads=threads,
+        gpus=torch_gpus(),
+        effective_params={
+            "calls_per_sample": calls,
+            "sync": "cuda.synchronize" if device.type == "cuda" else "none",
+        },
+    )
+
+
+def _calibrate(call: Any, sync: Any) -> int:
+    """Calls per sample so that one sample lasts at least TARGET_SAMPLE_NS (timer resolution, jitter)."""
+    sync()
+    start = time.perf_counter_ns()
+    call()
+    sync()
+    one = max(time.perf_counter_ns() - start, 1)
+    return max(1, math.ceil(TARGET_SAMPLE_NS / one))

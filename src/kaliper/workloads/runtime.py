@@ -1,0 +1,213 @@
+"""What a job container runs (`kaliper workload NAME`): measure, build the record, store it.
+
+Identity and destination come from the environment the rendered manifest sets (KALIPER_EXPERIMENT,
+KALIPER_TRIAL, KALIPER_REPETITION, KALIPER_REPLICA_TYPE/INDEX, KALIPER_STORAGE), so the same command
+works in a Kubernetes pod and in a local process. Without KALIPER_STORAGE the record goes to stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from kaliper import __version__
+from kaliper.errors import KaliperError, StorageError
+from kaliper.results.provenance import capture_hardware, capture_stack
+from kaliper.results.record import (
+    Metric,
+    MetricSummary,
+    RecordIds,
+    ResultRecord,
+    Samples,
+    SamplingOutcome,
+    Timestamps,
+    WorkloadInfo,
+)
+from kaliper.statistics import median_ci, relative_ci_width
+from kaliper.storage import layout, open_storage
+from kaliper.workloads.catalog import get_workload
+from kaliper.workloads.measurement import Measurement, MetricDef
+from kaliper.workloads.sampling import SamplingRule
+
+CANONICAL_REPLICA = {t.lower(): t for t in ("Master", "Worker", "Chief", "PS", "Evaluator")}
+RESULT_LINE_PREFIX = "KALIPER_RESULT "
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    experiment: str
+    trial: str
+    repetition: int
+    replica_type: str
+    replica_index: int
+    storage: str | None
+    image: str | None
+
+    @classmethod
+    def from_env(cls) -> RunIdentity:
+        env = os.environ
+        rtype = env.get("KALIPER_REPLICA_TYPE", "Master")
+        return cls(
+            experiment=env.get("KALIPER_EXPERIMENT", "adhoc"),
+            trial=env.get("KALIPER_TRIAL", "adhoc"),
+            repetition=int(env.get("KALIPER_REPETITION", "0")),
+            replica_type=CANONICAL_REPLICA.get(rtype.lower(), rtype),
+            replica_index=int(env.get("KALIPER_REPLICA_INDEX", "0")),
+            storage=env.get("KALIPER_STORAGE") or None,
+            image=env.get("KALIPER_IMAGE") or None,
+        )
+
+    def ids(self) -> RecordIds:
+        return RecordIds(
+            experiment=self.experiment,
+            trial=self.trial,
+            repetition=self.repetition,
+            replica_type=self.replica_type,
+            replica_index=self.replica_index,
+        )
+
+
+def summarise(values: list[float], confidence: float) -> MetricSummary:
+    ci = median_ci(values, confidence)
+    return MetricSummary(
+        median=float(np.median(values)),
+        ci_low=None if ci is None else ci[0],
+        ci_high=None if ci is None else ci[1],
+        ci_level=confidence,
+        n=len(values),
+        rel_ci_width=relative_ci_width(values, confidence),
+    )
+
+
+def _metric(definition: MetricDef, timed_ns: list[int], confidence: float) -> Metric:
+    values = [definition.from_ns(ns) for ns in timed_ns]
+    return Metric(
+        unit=definition.unit,
+        direction=definition.direction,
+        formula=definition.formula,
+        values=values,
+        summary=summarise(values, confidence),
+    )
+
+
+def build_record(
+    identity: RunIdentity,
+    workload: str,
+    framework: str,
+    params: dict[str, Any],
+    rule: SamplingRule,
+    measurement: Measurement,
+) -> ResultRecord:
+    samples = measurement.samples
+    if not samples.timed_ns:
+        raise KaliperError("the workload produced no timed samples")
+    return ResultRecord(
+        ids=identity.ids(),
+        workload=WorkloadInfo(
+            name=workload,
+            framework=framework,
+            framework_version=measurement.framework_version,
+            version=f"kaliper {__version__}, {workload}/{get_workload(workload).version}",
+        ),
+        params={**params, **measurement.effective_params},
+        status="ok" if samples.converged else "not_converged",
+        timestamps=Timestamps(
+            started=samples.started, warmup_done=samples.warmup_done, finished=samples.finished
+        ),
+        sampling=SamplingOutcome(
+            warmup=rule.warmup,
+            target_rel_ci=rule.target_rel_ci,
+            min_samples=rule.min_samples,
+            max_samples=rule.max_samples,
+            max_time_s=rule.max_time_s,
+            confidence=rule.confidence,
+            converged=samples.converged,
+            stop_reason=samples.stop_reason,
+            rel_ci_width=samples.rel_ci_width,
+        ),
+        samples=Samples(
+            calls_per_sample=measurement.calls_per_sample, warmup=samples.warmup_ns, timed=samples.timed_ns
+        ),
+        metrics={
+            name: _metric(definition, samples.timed_ns, rule.confidence)
+            for name, definition in measurement.metrics.items()
+        },
+        stack=capture_stack(identity.image, measurement.framework_build, measurement.threads),
+        hardware=capture_hardware(measurement.gpus),
+    )
+
+
+def failure_record(
+    identity: RunIdentity,
+    workload: str,
+    framework: str | None,
+    params: dict[str, Any],
+    status: str,
+    error: str,
+    started: datetime,
+    recorded_by: str = "workload",
+) -> ResultRecord:
+    """A record for a run that measured nothing: the failure and its reason are results too."""
+    return ResultRecord(
+        ids=identity.ids(),
+        workload=WorkloadInfo(name=workload, framework=framework, version=f"kaliper {__version__}"),
+        params=params,
+        status=status,
+        error=error,
+        recorded_by=recorded_by,
+        timestamps=Timestamps(started=started, finished=datetime.now(UTC)),
+        stack=capture_stack(identity.image),
+        hardware=capture_hardware(),
+    )
+
+
+def store_record(record: ResultRecord, storage_url: str | None) -> str:
+    """Write the record whole; on failure print it as one `KALIPER_RESULT` line so it is never lost."""
+    data = record.to_json_bytes()
+    if storage_url is None:
+        sys.stdout.write(data.decode())
+        return "stdout"
+    ids = record.ids
+    key = layout.record_key(ids.experiment, ids.trial, ids.repetition, ids.replica_type, ids.replica_index)
+    storage = open_storage(storage_url)
+    try:
+        storage.put(key, data)
+    except StorageError:
+        sys.stdout.write(RESULT_LINE_PREFIX + data.decode().replace("\n", "") + "\n")
+        sys.stdout.flush()
+        raise
+    return storage.location(key)
+
+
+def run_workload(name: str, framework: str, raw_params: dict[str, str], rule: SamplingRule) -> int:
+    """Measure and store one record; the exit code is 0 when measured (converged or not), 1 on failure."""
+    definition = get_workload(name)
+    identity = RunIdentity.from_env()
+    started = datetime.now(UTC)
+    params: dict[str, Any] = dict(raw_params)
+    try:
+        params = definition.params.resolve(raw_params, name, "--param")
+        implementation = definition.implementation(framework)
+        measurement = implementation(params, rule)
+        record = build_record(identity, name, framework, params, rule, measurement)
+    except Exception as exc:  # every failure becomes a record; the traceback goes to the log
+        traceback.print_exc(file=sys.stderr)
+        message = f"{type(exc).__name__}: {exc}"
+        record = failure_record(identity, name, framework, params, "failed", message, started)
+        where = store_record(record, identity.storage)
+        print(f"kaliper workload {name}: failed ({message}); record: {where}", file=sys.stderr)
+        return 1
+    where = store_record(record, identity.storage)
+    headline = "".join(f"median {m.summary.median:.4g} {m.unit}, " for m in list(record.metrics.values())[:1])
+    count = len(record.samples.timed) if record.samples else 0
+    print(
+        f"kaliper workload {name}: {record.status}, {headline}{count} samples; record: {where}",
+        file=sys.stderr,
+    )
+    return 0

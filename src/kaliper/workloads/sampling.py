@@ -1,0 +1,69 @@
+"""Warm-up, then timed samples until the median is known precisely enough (or the budget runs out).
+
+Rule (benchmark-methodology.md §3a): after `min_samples`, check every `chunk` samples whether the
+distribution-free CI of the median is narrower than `target_rel_ci` of the median; stop when that holds
+on two consecutive checks (peeking after every chunk would make a single check optimistic), or at
+`max_samples` / `max_time`. Warm-up samples are recorded separately and never enter a statistic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from kaliper.statistics import relative_ci_width
+
+
+@dataclass(frozen=True)
+class SamplingRule:
+    warmup: int = 5
+    target_rel_ci: float = 0.02
+    min_samples: int = 10
+    max_samples: int = 2000
+    max_time_s: float = 60.0
+    confidence: float = 0.95
+    chunk: int = 5
+
+
+@dataclass
+class SampleSet:
+    """Raw sample durations in nanoseconds and how sampling ended."""
+
+    warmup_ns: list[int]
+    timed_ns: list[int]
+    converged: bool
+    stop_reason: str
+    rel_ci_width: float | None
+    started: datetime
+    warmup_done: datetime
+    finished: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+def collect(measure: Callable[[], int], rule: SamplingRule) -> SampleSet:
+    """Run `measure` (one sample, returns its duration in ns) under `rule`."""
+    started = datetime.now(UTC)
+    warmup = [measure() for _ in range(rule.warmup)]
+    warmup_done = datetime.now(UTC)
+    timed: list[int] = []
+    deadline = time.perf_counter_ns() + int(rule.max_time_s * 1e9)
+    met_last_check = False
+    converged = False
+    stop_reason = "max_samples"
+    width: float | None = None
+    while len(timed) < rule.max_samples:
+        timed.append(measure())
+        n = len(timed)
+        if n >= rule.min_samples and (n - rule.min_samples) % rule.chunk == 0:
+            width = relative_ci_width(timed, rule.confidence)
+            met = width is not None and width <= rule.target_rel_ci
+            if met and met_last_check:
+                converged, stop_reason = True, "converged"
+                break
+            met_last_check = met
+        if time.perf_counter_ns() >= deadline and n >= min(rule.min_samples, rule.max_samples):
+            stop_reason = "max_time"
+            break
+    width = relative_ci_width(timed, rule.confidence)
+    return SampleSet(warmup, timed, converged, stop_reason, width, started, warmup_done)

@@ -1,0 +1,97 @@
+"""PyTorch helpers shared by the torch workloads: threads, device synchronisation, build provenance."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from kaliper.errors import WorkloadError
+from kaliper.results.provenance import cpu_quota_cores, usable_cores
+
+
+def default_threads() -> int:
+    """The CPUs this process may really use: affinity, capped by a cgroup (Kubernetes) CPU limit."""
+    cores = usable_cores() or 1
+    quota = cpu_quota_cores()
+    if quota is not None:
+        cores = min(cores, max(1, int(quota)))
+    return cores
+
+
+def set_thread_env(threads: int) -> int:
+    """Set OMP/MKL thread counts; must run before torch is imported to reach the OpenMP runtime."""
+    resolved = threads or default_threads()
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(resolved)
+    return resolved
+
+
+def torch_threads(threads: int) -> dict[str, Any]:
+    import torch
+
+    resolved = set_thread_env(threads)
+    torch.set_num_threads(resolved)
+    return {
+        "requested": threads,
+        "resolved": resolved,
+        "torch_intra_op": torch.get_num_threads(),
+        "torch_inter_op": torch.get_num_interop_threads(),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS"),
+    }
+
+
+def device_and_sync(name: str) -> tuple[Any, Callable[[], None]]:
+    """The torch device and the call that waits for its queued work (a no-op on CPU)."""
+    import torch
+
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise WorkloadError(
+                f"device cuda requested but torch {torch.__version__} sees no CUDA device "
+                f"(torch.version.cuda={torch.version.cuda})"
+            )
+        return device, torch.cuda.synchronize
+    return device, lambda: None
+
+
+def torch_build_info() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {
+        "torch": str(torch.__version__),
+        "git_version": getattr(torch.version, "git_version", None),
+        "cuda": torch.version.cuda,
+        "debug": bool(torch.version.debug),
+        "mkl": torch.backends.mkl.is_available(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "openmp": torch.backends.openmp.is_available(),
+        "config": torch.__config__.show(),
+        "parallel_info": torch.__config__.parallel_info(),
+    }
+    if torch.cuda.is_available():
+        info["cudnn"] = torch.backends.cudnn.version()
+    return info
+
+
+def torch_gpus() -> list[dict[str, Any]]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    gpus = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        gpus.append(
+            {
+                "index": index,
+                "model": props.name,
+                "memory_bytes": int(props.total_memory),
+                "compute_capability": f"{props.major}.{props.minor}",
+                "uuid": str(getattr(props, "uuid", "")) or None,
+                "cuda_runtime": torch.version.cuda,
+            }
+        )
+    return gpus

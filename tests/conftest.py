@@ -1,0 +1,56 @@
+"""Shared fixtures: the real `kaliper` CLI in a subprocess, and the upstream schemas from ../shared."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+SHARED_SCHEMAS = REPO.parent / "shared" / "schemas"
+REQUIRE_SERVICES = os.environ.get("KALIPER_REQUIRE_SERVICES") == "1"
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip on a laptop without the service; fail in CI, where KALIPER_REQUIRE_SERVICES=1."""
+    if REQUIRE_SERVICES:
+        pytest.fail(f"{reason} (KALIPER_REQUIRE_SERVICES=1 turns this skip into a failure)")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def schemas_dir() -> Path:
+    if not SHARED_SCHEMAS.is_dir():
+        skip_or_fail(
+            f"upstream schemas not found at {SHARED_SCHEMAS} (they live in ../shared beside the clone)"
+        )
+    return SHARED_SCHEMAS
+
+
+CliRunner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def kaliper(tmp_path: Path) -> CliRunner:
+    """Run `python -m kaliper ARGS` in a fresh process (cwd = tmp_path unless given)."""
+
+    def run(
+        *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        full_env = {**os.environ, **(env or {})}
+        return subprocess.run(
+            [sys.executable, "-m", "kaliper", *args],
+            cwd=cwd or tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+            check=False,
+        )
+
+    return run

@@ -109,7 +109,7 @@ def load_versioned(model: type[M], schema: str, data: bytes | str | dict[str, An
     if not isinstance(data, dict):
         try:
             document = json.loads(data)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # JSONDecodeError, or UnicodeDecodeError for bytes that are not UTF-8
             raise SchemaVersionError(f"{source}: not a JSON document ({exc})") from None
     if not isinstance(document, dict) or "schema" not in document:
         raise SchemaVersionError(f"{source}: not a Kaliper document (no 'schema' field; expected {schema})")

@@ -27,6 +27,8 @@ class FileStorage(Storage):
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
+        if path.is_dir():
+            raise StorageError(f"cannot write {path}: it is a directory (a prefix of other keys)")
         if path.exists():
             self._check_same(path, key, data)
             return
@@ -67,7 +69,8 @@ class FileStorage(Storage):
         return self._path(key).is_file()
 
     def list(self, prefix: str) -> list[str]:
-        base = self.root / prefix.rstrip("/") if prefix else self.root
+        prefix = prefix.strip("/")
+        base = self.root / check_key(prefix) if prefix else self.root
         if not base.is_dir():
             return []
         keys = []

@@ -59,7 +59,7 @@ def validate(specs: Annotated[list[Path], typer.Argument(help="Spec files to che
             plan = configure(loaded)
         except InputError as exc:
             failures += 1
-            err.print(f"error: {exc}", markup=False, highlight=False)
+            print(f"error: {exc}", file=sys.stderr)
             continue
         spec = loaded.spec
         print(f"ok: {path}: {len(plan.trials)} trial(s) × {spec.repetitions} repetition(s), {spec.job.kind}")
@@ -76,13 +76,14 @@ def run(
     ] = False,
 ) -> None:
     """Configure, run every trial × repetition on this machine, and write the report."""
-    from kaliper.local.runner import run_spec
     from kaliper.spec import load_spec
     from kaliper.storage import check_storage_url
 
     if storage is not None:
         check_storage_url(storage)
     loaded = load_spec(spec)
+    from kaliper.local.runner import run_spec  # after validation: a bad spec is refused fast
+
     result = run_spec(loaded, storage)
     document = result.report.summary_document
     if as_json:

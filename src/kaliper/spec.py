@@ -6,6 +6,7 @@ is written: unknown keys, wrong types, parameters the workload does not take, un
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,9 @@ from kaliper.validation import describe_validation_error
 
 MAX_SPEC_BYTES = 1 << 20
 MAX_YAML_NODES = 100_000
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# RFC 1035 label: the training operator names a Service per replica after the job, and Service names
+# must start with a letter.
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 REPLICA_TYPES = {
     "PyTorchJob": ("Master", "Worker"),
     "TFJob": ("Chief", "Master", "PS", "Worker", "Evaluator"),
@@ -154,7 +157,7 @@ class StackSpec(StrictModel):
     @classmethod
     def _label(cls, value: str) -> str:
         if not DNS_LABEL.match(value) or len(value) > 20:
-            raise ValueError("expected a DNS-1123 label of at most 20 characters")
+            raise ValueError("expected a DNS label (starting with a letter) of at most 20 characters")
         return value
 
     @field_validator("image")
@@ -197,7 +200,7 @@ class BenchmarkSpec(StrictModel):
     def _name(cls, value: str) -> str:
         if not DNS_LABEL.match(value) or len(value) > 30:
             raise ValueError(
-                "expected a DNS-1123 label (lower-case letters, digits, '-') of at most 30 characters"
+                "expected a DNS label (lower-case letters, digits, '-'; starting with a letter) of at most 30 characters"
             )
         return value
 
@@ -258,14 +261,15 @@ class LoadedSpec:
     base_dir: Path
 
 
-class _BudgetLoader(yaml.SafeLoader):
-    """SafeLoader that refuses documents whose alias expansion exceeds a node budget (alias bombs)."""
+class _NodeBudgetExceeded(Exception):
+    pass
 
 
 def _count_nodes(node: yaml.Node, budget: list[int]) -> None:
+    """Count nodes with aliases expanded, stopping as soon as the budget is spent (alias bombs)."""
     budget[0] -= 1
     if budget[0] < 0:
-        raise SpecError("")
+        raise _NodeBudgetExceeded
     if isinstance(node, yaml.SequenceNode):
         for child in node.value:
             _count_nodes(child, budget)
@@ -276,18 +280,25 @@ def _count_nodes(node: yaml.Node, budget: list[int]) -> None:
 
 
 def parse_spec_text(text: str, source: str) -> dict[str, Any]:
-    """YAML text to a mapping, refusing empty files, non-mappings and alias bombs."""
+    """YAML text to a mapping, refusing empty files, non-mappings and alias bombs.
+
+    The document is composed once, its expanded size checked, and only then constructed: constructing
+    (or validating) a billion-laughs document would exhaust memory.
+    """
     if not text.strip():
         raise SpecError(f"{source}: the file is empty; expected a benchmark spec (a YAML mapping)")
+    stream = io.StringIO(text)
+    stream.name = source  # so YAML errors name the file instead of "<unicode string>"
+    loader = yaml.SafeLoader(stream)
     try:
-        node = yaml.compose(text, Loader=_BudgetLoader)
+        node = loader.get_single_node()
+        if node is None:
+            raise SpecError(f"{source}: the file holds no YAML document; expected a benchmark spec")
+        _count_nodes(node, [MAX_YAML_NODES])
+        data = loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise SpecError(f"{source}: not valid YAML: {exc}") from None
-    if node is None:
-        raise SpecError(f"{source}: the file holds no YAML document; expected a benchmark spec")
-    try:
-        _count_nodes(node, [MAX_YAML_NODES])
-    except SpecError:
+    except _NodeBudgetExceeded:
         raise SpecError(
             f"{source}: the YAML expands to more than {MAX_YAML_NODES} nodes (alias bomb?); refusing to load it"
         ) from None
@@ -295,10 +306,8 @@ def parse_spec_text(text: str, source: str) -> dict[str, Any]:
         raise SpecError(
             f"{source}: the YAML nests too deeply or refers to itself; refusing to load it"
         ) from None
-    try:
-        data = yaml.load(text, Loader=_BudgetLoader)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         raise SpecError(f"{source}: expected a YAML mapping at the top level, found {type(data).__name__}")
     return data

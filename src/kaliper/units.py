@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import re
 
+MAX_DURATION_S = 365 * 86400.0
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _FACTORS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 # Kubernetes resource.Quantity: a decimal number with an optional binary or decimal suffix.
@@ -21,8 +23,10 @@ def parse_duration(value: str | int | float) -> float:
         if not match:
             raise ValueError(f"expected a duration such as 60s, 30m or 2h, found {value!r}")
         seconds = float(match.group(1)) * _FACTORS[match.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"expected a positive duration, found {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"expected a positive, finite duration, found {value!r}")
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"expected a duration of at most 365d, found {value!r}")
     return seconds
 
 

@@ -9,13 +9,14 @@
 //   params:   the workload's parameters (defaults included)
 //   sampling: {warmup, target_rel_ci, min_samples, max_samples, max_time_s, confidence}
 {
-  // A parameter as command-line text: integers without a fraction, other numbers in the shortest of
-  // 15 or 17 significant digits that reads back as the same double.
+  // A parameter as command-line text that reads back as the same value: integers without a fraction;
+  // other numbers in 15 significant digits when that round-trips (0.95, not 0.94999999999999996),
+  // else std.toString's 17 (always exact; std.format's %.17g is not).
   arg(x)::
     if std.isNumber(x) && x == std.floor(x) && std.abs(x) < 1e15 then std.toString(x)
-    else if std.isNumber(x) then
+    else if std.isNumber(x) && std.abs(x) < 1e300 then
       local short = std.format('%.15g', x);
-      if std.parseJson(short) == x then short else std.format('%.17g', x)
+      if std.parseJson(short) == x then short else std.toString(x)
     else std.toString(x),
 
   // Arguments of `kaliper workload`: every parameter and the sampling rule, explicit on the command

@@ -27,7 +27,6 @@ app = typer.Typer(
     add_completion=False,
 )
 _state = {"debug": False}
-err = Console(stderr=True)
 
 
 def _version(value: bool) -> None:

@@ -55,10 +55,9 @@ def absolute_storage_url(url: str) -> str:
 
 
 def _check_local(loaded: LoadedSpec) -> None:
-    images = {s.image for s in loaded.spec.stacks if s.image} | {
-        r for s in loaded.spec.stacks for r in s.requirements
-    }
-    if len(loaded.spec.stacks) > 1 and images:
+    stacks = loaded.spec.stacks
+    distinct = len({(s.image, tuple(s.requirements)) for s in stacks}) > 1
+    if distinct:
         raise InputError(
             f"{loaded.source}: stacks: {len(loaded.spec.stacks)} stacks with different images or requirements "
             "cannot be compared by a local run, which measures the current Python environment only; "

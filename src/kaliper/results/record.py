@@ -128,6 +128,9 @@ class ResultRecord(Model):
     sampling: SamplingOutcome | None = None
     samples: Samples | None = None
     metrics: dict[str, Metric] = Field(default_factory=dict)
+    derived: dict[str, Any] = Field(
+        default_factory=dict, description="run-level figures that are not per-sample (world size, input wait)"
+    )
     stack: Stack
     hardware: Hardware
     resources: dict[str, Any] | None = None

@@ -86,7 +86,7 @@ def summarise(values: list[float], confidence: float) -> MetricSummary:
 
 
 def _metric(definition: MetricDef, timed_ns: list[int], confidence: float) -> Metric:
-    values = [definition.from_ns(ns) for ns in timed_ns]
+    values = definition.per_sample(timed_ns)
     return Metric(
         unit=definition.unit,
         direction=definition.direction,
@@ -138,6 +138,7 @@ def build_record(
             name: _metric(definition, samples.timed_ns, rule.confidence)
             for name, definition in measurement.metrics.items()
         },
+        derived=measurement.derived,
         stack=capture_stack(identity.image, measurement.framework_build, measurement.threads),
         hardware=capture_hardware(measurement.gpus),
     )

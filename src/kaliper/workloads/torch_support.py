@@ -11,7 +11,11 @@ from kaliper.results.provenance import cpu_quota_cores, usable_cores
 
 
 def default_threads() -> int:
-    """The CPUs this process may really use: affinity, capped by a cgroup (Kubernetes) CPU limit."""
+    """OMP_NUM_THREADS when the job template set it (from the job's CPU resources), else the CPUs this
+    process may really use: affinity, capped by a cgroup (Kubernetes) CPU limit."""
+    from_env = os.environ.get("OMP_NUM_THREADS", "")
+    if from_env.isdigit() and int(from_env) > 0:
+        return int(from_env)
     cores = usable_cores() or 1
     quota = cpu_quota_cores()
     if quota is not None:

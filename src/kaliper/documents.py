@@ -96,6 +96,7 @@ class LaunchDoc(Document):
     phases: dict[str, datetime | None] = Field(description="created, scheduled, running, finished")
     replicas: list[ReplicaLaunch]
     failure: FailureInfo | None = None
+    network: str | None = Field(None, description="local runs: isolated (private loopback namespace) or host")
 
 
 def to_document(model: BaseModel) -> dict[str, Any]:

@@ -238,7 +238,8 @@ def test_any_nonzero_replica_fails_the_job(
     assert condition.reason == f"{kind}Failed"
     assert condition.replica == culprit
     rtype, index = culprit.split("-")
-    assert f"{rtype.lower()}-{index} exited with code {code}" in condition.message
+    how = f"exited with code {code}" if code > 0 else f"was killed by signal SIGTERM ({-code})"
+    assert f"{rtype.lower()}-{index} {how}" in condition.message
     assert "bench-r0" in condition.message
 
 

@@ -120,7 +120,10 @@ CASES = [
     Case(
         "unknown-workload",
         replace("name: pi-matmul", "name: pi-matmull"),
-        ("workload.name: unknown workload 'pi-matmull'", "(built-in workloads: cnn-infer, cnn-train, pi-conv2d, pi-import, pi-matmul)"),
+        (
+            "workload.name: unknown workload 'pi-matmull'",
+            "(built-in workloads: cnn-infer, cnn-train, pi-conv2d, pi-import, pi-matmul)",
+        ),
     ),
     Case(
         "unknown-param-in-params",

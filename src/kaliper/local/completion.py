@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 
 from kaliper.local.operator_env import Replica
@@ -30,11 +31,11 @@ def job_condition(
     """
     for (rtype, index), code in exits.items():
         if code is not None and code != 0:
+            how = f"exited with code {code}" if code > 0 else f"was killed by signal {_signal_name(-code)}"
             return Condition(
                 "Failed",
                 f"{kind}Failed",
-                f"{kind} {name} is failed because 1 {rtype} replica(s) failed "
-                f"({rtype.lower()}-{index} exited with code {code}).",
+                f"{kind} {name} is failed because 1 {rtype} replica(s) failed ({rtype.lower()}-{index} {how}).",
                 f"{rtype}-{index}",
             )
     deciders: list[Replica]
@@ -50,3 +51,10 @@ def job_condition(
     if deciders and all(exits.get(r) == 0 for r in deciders):
         return Condition("Succeeded", f"{kind}Succeeded", f"{kind} {name} is successfully completed.")
     return None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} ({number})"
+    except ValueError:
+        return str(number)

@@ -25,6 +25,7 @@ from typing import Any
 from kaliper.configurator.jobs import CONTAINER_NAME, replica_counts, replica_specs
 from kaliper.errors import ExecutionError
 from kaliper.local.completion import Condition, job_condition
+from kaliper.local.netns import PrivateNetwork, network_mode
 from kaliper.local.operator_env import (
     LOCAL_HOST,
     Replica,
@@ -65,10 +66,28 @@ class JobResult:
     running: datetime | None
     finished: datetime
     replicas: list[ReplicaProcess] = field(default_factory=list)
+    network: str = "host"
 
     @property
     def succeeded(self) -> bool:
         return self.condition.type == "Succeeded"
+
+
+@dataclass
+class _Job:
+    """One job being supervised: its manifest, replica layout, ports, deadline and network."""
+
+    manifest: dict[str, Any]
+    kind: str
+    name: str
+    namespace: str
+    specs: dict[str, dict[str, Any]]
+    counts: dict[str, int]
+    replicas: list[Replica]
+    ports: dict[Replica, int]
+    deadline_s: float | None
+    network: str
+    net: PrivateNetwork | None = None
 
 
 def container_argv(container: dict[str, Any]) -> list[str]:
@@ -154,25 +173,37 @@ class LocalExecutor:
         self.grace_period = grace_period
 
     def run(self, manifest: dict[str, Any]) -> JobResult:
-        kind = manifest["kind"]
-        name = manifest["metadata"]["name"]
-        namespace = manifest["metadata"].get("namespace", "default")
         specs = replica_specs(manifest)
-        counts = replica_counts(manifest)
         for rtype, spec in specs.items():
             if spec.get("restartPolicy", "Never") != "Never":
                 raise ExecutionError(f"{rtype}: the local executor runs restartPolicy Never only")
-        deadline_s = manifest["spec"].get("runPolicy", {}).get("activeDeadlineSeconds")
+        counts = replica_counts(manifest)
         replicas = list(replicas_of(counts))
-        ports = dict(zip(replicas, free_ports(len(replicas)), strict=True))
+        job = _Job(
+            manifest=manifest,
+            kind=manifest["kind"],
+            name=manifest["metadata"]["name"],
+            namespace=manifest["metadata"].get("namespace", "default"),
+            specs=specs,
+            counts=counts,
+            replicas=replicas,
+            ports=dict(zip(replicas, free_ports(len(replicas)), strict=True)),
+            deadline_s=manifest["spec"].get("runPolicy", {}).get("activeDeadlineSeconds"),
+            network=network_mode(len(replicas)),
+        )
         self.logs_dir.mkdir(parents=True, exist_ok=True)
+        with PrivateNetwork() if job.network == "isolated" else contextlib.nullcontext() as net:
+            job.net = net
+            return self._supervise(job)
 
+    def _supervise(self, job: _Job) -> JobResult:
+        kind, name = job.kind, job.name
         created = datetime.now(UTC)
         start = time.monotonic()
         procs: list[ReplicaProcess] = []
         condition: Condition | None = None
         try:
-            for rtype, index in replicas:
+            for rtype, index in job.replicas:
                 pod = pod_name(name, rtype, index)
                 proc = ReplicaProcess(
                     rtype,
@@ -182,7 +213,7 @@ class LocalExecutor:
                     self.logs_dir / f"{pod}.stderr.log",
                 )
                 procs.append(proc)
-                self._start(proc, manifest, specs[rtype], counts, ports, namespace)
+                self._start(proc, job)
             running = datetime.now(UTC)
             while condition is None:
                 for proc in procs:
@@ -193,15 +224,15 @@ class LocalExecutor:
                             proc.finished = datetime.now(UTC)
                             proc.reason = "Completed" if code == 0 else "Error"
                 exits = {p.key: p.exit_code for p in procs}
-                condition = job_condition(
-                    kind, name, counts, exits, manifest["spec"].get("successPolicy", "")
-                )
-                if condition is None and deadline_s is not None and time.monotonic() - start >= deadline_s:
+                policy = job.manifest["spec"].get("successPolicy", "")
+                condition = job_condition(kind, name, job.counts, exits, policy)
+                overdue = job.deadline_s is not None and time.monotonic() - start >= job.deadline_s
+                if condition is None and overdue:
                     condition = Condition(
                         "Failed",
                         "DeadlineExceeded",
                         f"{kind} {name} has failed because it was active longer than specified deadline "
-                        f"({deadline_s}s).",
+                        f"({job.deadline_s}s).",
                     )
                 if condition is None:
                     time.sleep(self.poll_interval)
@@ -210,18 +241,10 @@ class LocalExecutor:
                 "DeadlineExceeded" if condition and condition.reason == "DeadlineExceeded" else "Stopped"
             )
             self._stop_all(procs, stop_reason)
-        return JobResult(name, kind, condition, created, running, datetime.now(UTC), procs)
+        return JobResult(name, kind, condition, created, running, datetime.now(UTC), procs, job.network)
 
-    def _start(
-        self,
-        proc: ReplicaProcess,
-        manifest: dict[str, Any],
-        spec: dict[str, Any],
-        counts: dict[str, int],
-        ports: dict[Replica, int],
-        namespace: str,
-    ) -> None:
-        kind = manifest["kind"]
+    def _start(self, proc: ReplicaProcess, job: _Job) -> None:
+        kind, manifest, spec = job.kind, job.manifest, job.specs[proc.replica_type]
         pod_spec = spec.get("template", {}).get("spec", {})
         pod_labels = {
             **spec.get("template", {}).get("metadata", {}).get("labels", {}),
@@ -229,8 +252,8 @@ class LocalExecutor:
         }
         container = _pick_container(kind, proc.replica_type, pod_spec)
         env = {k: v for k, v in os.environ.items() if not k.startswith("KALIPER_")}
-        env.update(container_env(container, proc.pod, namespace, pod_labels))
-        env.update(injected_env(manifest, counts, proc.key, container.get("name", ""), ports))
+        env.update(container_env(container, proc.pod, job.namespace, pod_labels))
+        env.update(injected_env(manifest, job.counts, proc.key, container.get("name", ""), job.ports))
         argv = container_argv(container)
         executable = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0], path=env.get("PATH"))
         proc.started = datetime.now(UTC)
@@ -239,8 +262,9 @@ class LocalExecutor:
                 err.write(f"local executor: executable {argv[0]!r} not found\n".encode())
                 proc.exit_code, proc.reason, proc.finished = 127, "StartError", datetime.now(UTC)
                 return
+            command = [executable, *argv[1:]]
             proc.process = subprocess.Popen(  # argv list, never a shell
-                [executable, *argv[1:]],
+                job.net.wrap(command) if job.net else command,
                 env=env,
                 stdout=out,
                 stderr=err,

@@ -169,6 +169,7 @@ def _launch_doc(
             for p in result.replicas
         ],
         failure=failure,
+        network=result.network,
     )
 
 

@@ -7,11 +7,14 @@ import json
 import os
 import platform
 import re
+import shutil
 import socket
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 
@@ -41,9 +44,27 @@ _ENV_PREFIXES = (
 _SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.I)
 
 
+def _without_credentials(url: str) -> str:
+    """An index URL may carry user:token@; never record it."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return url
+
+
+def index_origin() -> str:
+    """The package index the environment names (PIP_INDEX_URL), else "unknown": pip records no index."""
+    url = os.environ.get("PIP_INDEX_URL", "").strip()
+    return _without_credentials(url) if url else "unknown"
+
+
 def installed_packages() -> list[Package]:
     """Every distribution importable by this interpreter (first on sys.path wins), sorted by name."""
     seen: dict[str, Package] = {}
+    default_origin = index_origin()
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
         if not name:
@@ -59,7 +80,14 @@ def installed_packages() -> list[Package]:
                 direct_url = json.loads(raw)
             except json.JSONDecodeError:
                 direct_url = {"unparsed": raw[:500]}
-        seen[key] = Package(name=key, version=dist.version, installer=installer, direct_url=direct_url)
+        origin = default_origin
+        if direct_url and isinstance(direct_url.get("url"), str):
+            origin = _without_credentials(direct_url["url"])
+        elif installer is None:
+            origin = "unknown"
+        seen[key] = Package(
+            name=key, version=dist.version, installer=installer, origin=origin, direct_url=direct_url
+        )
     return [seen[k] for k in sorted(seen)]
 
 
@@ -82,6 +110,16 @@ def stack_id(python: dict[str, str], packages: list[Package], image: str | None)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def blas_libraries() -> list[dict[str, Any]]:
+    """BLAS/OpenMP libraries loaded in this process with their thread counts (after the framework import)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    keys = ("user_api", "internal_api", "prefix", "version", "num_threads", "threading_layer", "architecture")
+    return [{k: info[k] for k in keys if k in info} for info in threadpool_info()]
+
+
 def capture_stack(
     image: str | None,
     framework_build: dict[str, Any] | None = None,
@@ -99,6 +137,8 @@ def capture_stack(
         python=python,
         packages=packages,
         image=image,
+        image_digest=image.split("@", 1)[1] if image and "@sha256:" in image else None,
+        blas=blas_libraries(),
         framework_build=framework_build or {},
         threads=threads or {},
         env=relevant_env(),
@@ -138,6 +178,43 @@ def usable_cores() -> int | None:
         return os.cpu_count()
 
 
+def nvidia_smi_gpus() -> list[dict[str, Any]]:
+    """GPUs with their driver from nvidia-smi, when it exists (frameworks do not report the driver)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    fields = "index,name,driver_version,memory.total,uuid"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        index, name, driver, memory_mib, uuid = (part.strip() for part in line.split(","))
+        gpus.append(
+            {
+                "index": int(index),
+                "model": name,
+                "driver": driver,
+                "memory_bytes": int(float(memory_mib)) * 1024 * 1024,
+                "uuid": uuid,
+            }
+        )
+    return gpus
+
+
+def _merge_gpus(framework: list[dict[str, Any]], smi: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Framework GPU facts completed by nvidia-smi's (driver, uuid) for the same index."""
+    by_index = {g["index"]: g for g in smi}
+    merged = [{**by_index.get(g.get("index"), {}), **g} for g in framework]
+    return merged or smi
+
+
 def capture_hardware(gpus: list[dict[str, Any]] | None = None) -> Hardware:
     model, flags = _cpuinfo()
     return Hardware(
@@ -149,7 +226,7 @@ def capture_hardware(gpus: list[dict[str, Any]] | None = None) -> Hardware:
         cpu_quota_cores=cpu_quota_cores(),
         flags=flags,
         memory_bytes=int(psutil.virtual_memory().total),
-        gpus=gpus or [],
+        gpus=_merge_gpus(gpus or [], nvidia_smi_gpus()),
         kernel=platform.release(),
         hostname=socket.gethostname(),
     )

@@ -87,6 +87,7 @@ class Package(Model):
     name: str
     version: str
     installer: str | None = None
+    origin: str = Field("unknown", description="URL it came from: PEP 610 direct URL, else the pip index")
     direct_url: dict[str, Any] | None = Field(
         None, description="PEP 610 direct_url.json when pip recorded one"
     )
@@ -97,6 +98,10 @@ class Stack(Model):
     python: dict[str, str]
     packages: list[Package]
     image: str | None = None
+    image_digest: str | None = Field(None, description="sha256 digest when the image reference pins one")
+    blas: list[dict[str, Any]] = Field(
+        default_factory=list, description="threadpoolctl: BLAS/OpenMP libraries"
+    )
     framework_build: dict[str, Any] = Field(default_factory=dict)
     threads: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)

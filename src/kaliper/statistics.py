@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
+from scipy.special import bdtr  # binomial CDF; lighter to import than scipy.stats in every workload
 
 DEFAULT_CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
@@ -28,7 +28,7 @@ def median_ci_ranks(n: int, confidence: float = DEFAULT_CONFIDENCE) -> tuple[int
     alpha = 1.0 - confidence
     # P(K <= l-1) <= alpha/2  <=>  binom.cdf(l-1) <= alpha/2; search from the middle outwards.
     ks = np.arange(0, n // 2 + 1)
-    cdf = stats.binom.cdf(ks, n, 0.5)
+    cdf = bdtr(ks, n, 0.5)
     admissible = ks[cdf <= alpha / 2]
     if admissible.size == 0:
         return None

@@ -19,6 +19,8 @@ from rich.table import Table
 from kaliper import __version__
 from kaliper.errors import InputError, KaliperError, RunsFailedError
 
+HEADLINE_METRICS = ("images_per_s_total", "images_per_s", "gflops")
+
 app = typer.Typer(
     name="kaliper",
     help="Benchmark ML software stacks: locally (kaliper run) or on Kubernetes.",
@@ -124,7 +126,9 @@ def _print_summary(document: dict[str, Any]) -> None:
         metrics = trial["metrics"]
         headline = ""
         if metrics:
-            name, m = next(iter(metrics.items()))
+            # records store metrics with sorted keys: show the headline metric when there is one
+            name = next((n for n in HEADLINE_METRICS if n in metrics), next(iter(metrics)))
+            m = metrics[name]
             headline = f"{name}: {m['median']:.4g} [{m['ci_low']:.4g}, {m['ci_high']:.4g}] {m['unit']}"
         point = ", ".join(f"{k}={v}" for k, v in trial["matrix_point"].items())
         reps = trial["repetitions"]

@@ -37,7 +37,8 @@ pytest: $(VENV)/.installed-test
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-all
-	$(BIN)/python benchmarks/matmul_accuracy.py
+	$(BIN)/python benchmarks/accuracy.py
+	$(BIN)/python benchmarks/executor_overhead.py
 
 clean:
 	rm -rf $(VENV) kaliper-results .pytest_cache .mypy_cache .ruff_cache

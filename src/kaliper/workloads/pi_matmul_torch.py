@@ -6,16 +6,14 @@ FLOPs per call = 2n³ (n³ multiplies and n³ adds; the exact count is 2n³ - n�
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 from kaliper.errors import WorkloadError
+from kaliper.workloads.calibration import calibrate_calls
 from kaliper.workloads.measurement import Measurement, MetricDef
 from kaliper.workloads.sampling import SamplingRule, collect
 from kaliper.workloads.torch_support import device_and_sync, torch_build_info, torch_gpus, torch_threads
-
-TARGET_SAMPLE_NS = 10_000_000  # one sample lasts >= 10 ms when calibrated (asv's sample_time)
 
 
 def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
@@ -37,14 +35,17 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             f"torch {torch.__version__} cannot multiply {params['dtype']} matrices on {device}: {exc}"
         ) from exc
 
-    calls = int(params["calls_per_sample"]) or _calibrate(lambda: torch.mm(a, b, out=out), sync)
+    def run_calls(count: int) -> None:
+        for _ in range(count):
+            torch.mm(a, b, out=out)
+        sync()  # GPU kernels are asynchronous: the work is done when the device says so
+
+    calls = int(params["calls_per_sample"]) or calibrate_calls(run_calls)
 
     def measure() -> int:
         sync()
         start = time.perf_counter_ns()
-        for _ in range(calls):
-            torch.mm(a, b, out=out)
-        sync()  # GPU kernels are asynchronous: the sample ends when the device is done
+        run_calls(calls)
         return time.perf_counter_ns() - start
 
     samples = collect(measure, rule)
@@ -76,13 +77,3 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             "sync": "cuda.synchronize" if device.type == "cuda" else "none",
         },
     )
-
-
-def _calibrate(call: Any, sync: Any) -> int:
-    """Calls per sample so that one sample lasts at least TARGET_SAMPLE_NS (timer resolution, jitter)."""
-    sync()
-    start = time.perf_counter_ns()
-    call()
-    sync()
-    one = max(time.perf_counter_ns() - start, 1)
-    return max(1, math.ceil(TARGET_SAMPLE_NS / one))

@@ -15,6 +15,10 @@ from datetime import UTC, datetime
 
 from kaliper.statistics import relative_ci_width
 
+# Decisions after each timed sample; processes that must stop together (DDP ranks, MultiWorkerMirrored
+# workers) exchange them through `agree` and all follow the leader's.
+CONTINUE, CONVERGED, MAX_TIME = 0, 1, 2
+
 
 @dataclass(frozen=True)
 class SamplingRule:
@@ -41,8 +45,14 @@ class SampleSet:
     finished: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
-def collect(measure: Callable[[], int], rule: SamplingRule) -> SampleSet:
-    """Run `measure` (one sample, returns its duration in ns) under `rule`."""
+def collect(
+    measure: Callable[[], int], rule: SamplingRule, agree: Callable[[int], int] | None = None
+) -> SampleSet:
+    """Run `measure` (one sample, returns its duration in ns) under `rule`.
+
+    `agree`, for processes that step together, maps this process's decision after each timed sample
+    (CONTINUE, CONVERGED, MAX_TIME) to the one they all follow; it runs outside the timed span.
+    """
     started = datetime.now(UTC)
     warmup = [measure() for _ in range(rule.warmup)]
     warmup_done = datetime.now(UTC)
@@ -55,14 +65,25 @@ def collect(measure: Callable[[], int], rule: SamplingRule) -> SampleSet:
     while len(timed) < rule.max_samples:
         timed.append(measure())
         n = len(timed)
+        decision = CONTINUE
         if n >= rule.min_samples and (n - rule.min_samples) % rule.chunk == 0:
             width = relative_ci_width(timed, rule.confidence)
             met = width is not None and width <= rule.target_rel_ci
             if met and met_last_check:
-                converged, stop_reason = True, "converged"
-                break
+                decision = CONVERGED
             met_last_check = met
-        if time.perf_counter_ns() >= deadline and n >= min(rule.min_samples, rule.max_samples):
+        if (
+            decision == CONTINUE
+            and time.perf_counter_ns() >= deadline
+            and n >= min(rule.min_samples, rule.max_samples)
+        ):
+            decision = MAX_TIME
+        if agree is not None:
+            decision = agree(decision)
+        if decision == CONVERGED:
+            converged, stop_reason = True, "converged"
+            break
+        if decision == MAX_TIME:
             stop_reason = "max_time"
             break
     width = relative_ci_width(timed, rule.confidence)

@@ -51,9 +51,16 @@ def tf_device(name: str) -> str:
 
 
 def tf_sync(value: Any) -> None:
-    """Wait for queued device work: fetching a value to the host blocks until it is computed."""
+    """Wait for queued device work: fetching a value to the host blocks until it is computed.
+
+    A one-element value is fetched as is; a bigger one is sliced to one element on its device first
+    (three eager ops here cost ~0.7 ms per sample, 3% of a short sample).
+    """
+    if value.shape.num_elements() == 1:
+        value.numpy()
+        return
     tf = import_tensorflow()
-    tf.reduce_sum(tf.reshape(value, [-1])[:1]).numpy()
+    tf.reshape(value, [-1])[:1].numpy()
 
 
 def tf_build_info() -> dict[str, Any]:

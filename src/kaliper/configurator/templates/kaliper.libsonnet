@@ -104,9 +104,12 @@
     for rtype in std.objectFields(job.replicas)
   },
 
-  runPolicy(job):: {
+  // cleanPodPolicy 'None' keeps every pod (and its logs) for inspection. A TFJob passes 'Running': its
+  // PS (and PS-strategy workers) never exit by themselves and would hold the node's CPUs until the job
+  // is deleted; completed pods and their logs stay either way.
+  runPolicy(job, cleanPodPolicy='None'):: {
     backoffLimit: 0,
     activeDeadlineSeconds: job.timeout_seconds,
-    cleanPodPolicy: 'None',  // keep pods (and their logs) for inspection; the workflow owns the job
+    cleanPodPolicy: cleanPodPolicy,
   },
 }

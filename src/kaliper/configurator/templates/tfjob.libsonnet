@@ -11,7 +11,7 @@ function(run, job, workload, params, sampling)
     kind: 'TFJob',
     metadata: kaliper.metadata(run),
     spec: {
-      runPolicy: kaliper.runPolicy(job),
+      runPolicy: kaliper.runPolicy(job, 'Running'),
       tfReplicaSpecs: kaliper.replicaSpecs(container, run, job),
     } + (if job.success_policy != '' then { successPolicy: job.success_policy } else {}),
   }

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kaliper.results.record import load_record
+from kaliper.results.record import ResultRecord, load_record
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,11 +41,19 @@ def main() -> int:
             load_record(path.read_bytes(), str(path))
             for path in sorted((store / "experiments" / experiment).glob("trials/*/runs/*/*-*.json"))
         ]
-    spans = [(r.timestamps.finished - r.timestamps.started).total_seconds() for r in records]
-    timed = [sum(r.samples.timed) / 1e9 for r in records if r.samples]
-    runs = len(records)
+    # Replicas of one run measure in parallel: a run's span is from its first replica's start to its
+    # last replica's finish; its timed time is the longest replica's.
+    by_run: dict[tuple[str, int], list[ResultRecord]] = {}
+    for record in records:
+        by_run.setdefault((record.ids.trial, record.ids.repetition), []).append(record)
+    spans = [
+        (max(r.timestamps.finished for r in run) - min(r.timestamps.started for r in run)).total_seconds()
+        for run in by_run.values()
+    ]
+    timed = [max(sum(r.samples.timed) / 1e9 if r.samples else 0.0 for r in run) for run in by_run.values()]
+    runs = len(by_run)
     overhead = wall - sum(spans)
-    print(f"spec: {spec}  runs: {runs}")
+    print(f"spec: {spec}  runs: {runs} ({len(records)} records)")
     print(f"wall time of kaliper run:          {wall:8.2f} s")
     print(f"workload spans (warm-up + timed):  {sum(spans):8.2f} s")
     print(f"  of which timed samples:          {sum(timed):8.2f} s")

@@ -10,10 +10,13 @@ import math
 import time
 from collections.abc import Callable
 
+from kaliper.workloads.measurement import MetricDef
 from kaliper.workloads.sampling import SampleSet
 
 TARGET_SAMPLE_NS = 10_000_000  # one sample lasts >= 10 ms when calibrated (asv's sample_time)
 MAX_CALLS = 1 << 24
+# C = A·B with n×n matrices: n³ multiply-adds = 2n³ FLOP (exactly 2n³ - n²; < 0.1% apart for n >= 1024).
+MATMUL_GFLOPS_FORMULA = "2 * matrix_size^3 * calls_per_sample / t"
 
 
 class FaultCounter:
@@ -69,3 +72,22 @@ def calibrate_calls(run_calls: Callable[[int], None], target_ns: int = TARGET_SA
             break
         calls = min(MAX_CALLS, math.ceil(calls * target_ns / check))
     return calls
+
+
+def rate_metrics(flop_per_call: float, calls: int, gflops_formula: str) -> dict[str, MetricDef]:
+    """GFLOP/s and time per call of a sample of `calls` operations of `flop_per_call` each."""
+    flop_per_sample = float(flop_per_call) * calls
+    return {
+        "gflops": MetricDef(
+            unit="GFLOP/s",
+            direction="more_is_better",
+            formula=gflops_formula,
+            from_ns=lambda ns: flop_per_sample / ns,  # FLOP/ns == GFLOP/s
+        ),
+        "time_per_call": MetricDef(
+            unit="s",
+            direction="less_is_better",
+            formula="t / calls_per_sample",
+            from_ns=lambda ns: ns / 1e9 / calls,
+        ),
+    }

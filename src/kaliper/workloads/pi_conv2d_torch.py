@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kaliper.errors import WorkloadError
-from kaliper.workloads.calibration import FaultCounter, calibrate_calls
+from kaliper.workloads.calibration import FaultCounter, calibrate_calls, rate_metrics
 from kaliper.workloads.measurement import Measurement, MetricDef
 from kaliper.workloads.sampling import SamplingRule, collect
 from kaliper.workloads.torch_support import device_and_sync, torch_build_info, torch_gpus, torch_threads
@@ -147,21 +147,7 @@ class ConvGeometry:
 
 
 def conv_metrics(geometry: ConvGeometry, calls: int) -> dict[str, MetricDef]:
-    flop_per_sample = float(geometry.flop_per_call) * calls
-    return {
-        "gflops": MetricDef(
-            unit="GFLOP/s",
-            direction="more_is_better",
-            formula=geometry.gflops_formula(),
-            from_ns=lambda ns: flop_per_sample / ns,  # FLOP/ns == GFLOP/s
-        ),
-        "time_per_call": MetricDef(
-            unit="s",
-            direction="less_is_better",
-            formula="t / calls_per_sample",
-            from_ns=lambda ns: ns / 1e9 / calls,
-        ),
-    }
+    return rate_metrics(geometry.flop_per_call, calls, geometry.gflops_formula())
 
 
 def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:

@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from kaliper.errors import WorkloadError
-from kaliper.workloads.calibration import FaultCounter, calibrate_calls
-from kaliper.workloads.measurement import Measurement, MetricDef
+from kaliper.workloads.calibration import MATMUL_GFLOPS_FORMULA, FaultCounter, calibrate_calls, rate_metrics
+from kaliper.workloads.measurement import Measurement
 from kaliper.workloads.sampling import SamplingRule, collect
 from kaliper.workloads.tf_support import (
     import_tensorflow,
@@ -90,24 +90,10 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
         samples = collect(measure, rule)
         faults_per_call = faults.per_call(samples, calls)
 
-    flop_per_sample = 2.0 * n**3 * calls
     return Measurement(
         samples=samples,
         calls_per_sample=calls,
-        metrics={
-            "gflops": MetricDef(
-                unit="GFLOP/s",
-                direction="more_is_better",
-                formula="2 * matrix_size^3 * calls_per_sample / t",
-                from_ns=lambda ns: flop_per_sample / ns,  # FLOP/ns == GFLOP/s
-            ),
-            "time_per_call": MetricDef(
-                unit="s",
-                direction="less_is_better",
-                formula="t / calls_per_sample",
-                from_ns=lambda ns: ns / 1e9 / calls,
-            ),
-        },
+        metrics=rate_metrics(2.0 * n**3, calls, MATMUL_GFLOPS_FORMULA),
         framework="tensorflow",
         framework_version=str(tf.__version__),
         framework_build=tf_build_info(),

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kaliper.workloads.measurement import MetricDef
-from kaliper.workloads.sampling import SampleSet
+from kaliper.workloads.sampling import SampleSet, SamplingRule, collect
 
 TARGET_SAMPLE_NS = 10_000_000  # one sample lasts >= 10 ms when calibrated (asv's sample_time)
 MAX_CALLS = 1 << 24
@@ -72,6 +73,42 @@ def calibrate_calls(run_calls: Callable[[int], None], target_ns: int = TARGET_SA
             break
         calls = min(MAX_CALLS, math.ceil(calls * target_ns / check))
     return calls
+
+
+@dataclass
+class CallSamples:
+    calls: int
+    samples: SampleSet
+    minor_page_faults_per_call: float | None
+
+
+def sample_calls(
+    run_calls: Callable[[int], None],
+    requested_calls: int,
+    rule: SamplingRule,
+    target_ns: int = TARGET_SAMPLE_NS,
+    one_sample: Callable[[int], Callable[[], None]] | None = None,
+    drain: Callable[[], None] | None = None,
+) -> CallSamples:
+    """The microbenchmark loop: calibrate calls per sample (unless requested), then sample under `rule`.
+
+    `run_calls(k)` runs k calls and waits for them (device work included). `one_sample(calls)` may
+    return a cheaper callable for the timed span (e.g. a TF loop with its count tensor built once);
+    `drain` waits for queued work before the timer starts.
+    """
+    calls = requested_calls or calibrate_calls(run_calls, target_ns)
+    run = one_sample(calls) if one_sample else lambda: run_calls(calls)
+
+    def measure() -> int:
+        if drain is not None:
+            drain()
+        start = time.perf_counter_ns()
+        run()
+        return time.perf_counter_ns() - start
+
+    faults = FaultCounter()
+    samples = collect(measure, rule)
+    return CallSamples(calls, samples, faults.per_call(samples, calls))
 
 
 def rate_metrics(flop_per_call: float, calls: int, gflops_formula: str) -> dict[str, MetricDef]:

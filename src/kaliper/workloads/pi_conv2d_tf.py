@@ -21,15 +21,14 @@ GPU in TensorFlow.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from kaliper.errors import WorkloadError
-from kaliper.workloads.calibration import FaultCounter, calibrate_calls
+from kaliper.workloads.calibration import sample_calls
 from kaliper.workloads.measurement import Measurement
 from kaliper.workloads.pi_conv2d_torch import ConvGeometry, conv_metrics
 from kaliper.workloads.pi_matmul_tf import SYNC, TF_TARGET_SAMPLE_NS, first_elements, first_line, tf_dtype
-from kaliper.workloads.sampling import SamplingRule, collect
+from kaliper.workloads.sampling import SamplingRule
 from kaliper.workloads.tf_support import (
     import_tensorflow,
     tf_build_info,
@@ -102,18 +101,15 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
                 f"({g.mode}) on {device}: {first_line(exc)}"
             ) from exc
 
-        calls = int(params["calls_per_sample"]) or calibrate_calls(run_calls, TF_TARGET_SAMPLE_NS)
-        calls_tensor = tf.constant(calls, dtype=tf.int32)
+        def one_sample(calls: int) -> Any:
+            calls_tensor = tf.constant(calls, dtype=tf.int32)  # built once, outside the timed span
+            # the sample ends when the device has produced every result
+            return lambda: tf_sync(loop(calls_tensor))
 
-        def measure() -> int:
-            start = time.perf_counter_ns()
-            result = loop(calls_tensor)
-            tf_sync(result)  # the sample ends when the device has produced every result
-            return time.perf_counter_ns() - start
-
-        faults = FaultCounter()
-        samples = collect(measure, rule)
-        faults_per_call = faults.per_call(samples, calls)
+        sampled = sample_calls(
+            run_calls, int(params["calls_per_sample"]), rule, TF_TARGET_SAMPLE_NS, one_sample=one_sample
+        )
+        samples, calls, faults_per_call = sampled.samples, sampled.calls, sampled.minor_page_faults_per_call
 
     return Measurement(
         samples=samples,

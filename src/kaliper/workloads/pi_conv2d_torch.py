@@ -28,14 +28,13 @@ process shows the same). The figure makes such a regime visible in the record.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from kaliper.errors import WorkloadError
-from kaliper.workloads.calibration import FaultCounter, calibrate_calls, rate_metrics
+from kaliper.workloads.calibration import rate_metrics, sample_calls
 from kaliper.workloads.measurement import Measurement, MetricDef
-from kaliper.workloads.sampling import SamplingRule, collect
+from kaliper.workloads.sampling import SamplingRule
 from kaliper.workloads.torch_support import device_and_sync, torch_build_info, torch_gpus, torch_threads
 
 
@@ -213,19 +212,9 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             call()
         sync()
 
-    calls = int(params["calls_per_sample"]) or calibrate_calls(run_calls)
-
-    def measure() -> int:
-        sync()
-        start = time.perf_counter_ns()
-        for _ in range(calls):
-            call()
-        sync()  # GPU kernels are asynchronous: the sample ends when the device is done
-        return time.perf_counter_ns() - start
-
-    faults = FaultCounter()
-    samples = collect(measure, rule)
-    faults_per_call = faults.per_call(samples, calls)
+    # run_calls ends with sync(): GPU kernels are asynchronous, the sample ends when the device is done
+    sampled = sample_calls(run_calls, int(params["calls_per_sample"]), rule, drain=sync)
+    samples, calls, faults_per_call = sampled.samples, sampled.calls, sampled.minor_page_faults_per_call
     return Measurement(
         samples=samples,
         calls_per_sample=calls,

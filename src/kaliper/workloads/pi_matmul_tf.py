@@ -20,13 +20,12 @@ so it runs on every iteration (time grows linearly with `calls_per_sample`; the 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from kaliper.errors import WorkloadError
-from kaliper.workloads.calibration import MATMUL_GFLOPS_FORMULA, FaultCounter, calibrate_calls, rate_metrics
+from kaliper.workloads.calibration import MATMUL_GFLOPS_FORMULA, rate_metrics, sample_calls
 from kaliper.workloads.measurement import Measurement
-from kaliper.workloads.sampling import SamplingRule, collect
+from kaliper.workloads.sampling import SamplingRule
 from kaliper.workloads.tf_support import (
     import_tensorflow,
     tf_build_info,
@@ -77,18 +76,15 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
                 f"{first_line(exc)}"
             ) from exc
 
-        calls = int(params["calls_per_sample"]) or calibrate_calls(run_calls, TF_TARGET_SAMPLE_NS)
-        calls_tensor = tf.constant(calls, dtype=tf.int32)
+        def one_sample(calls: int) -> Any:
+            calls_tensor = tf.constant(calls, dtype=tf.int32)  # built once, outside the timed span
+            # the sample ends when the device has produced the result
+            return lambda: tf_sync(loop(calls_tensor))
 
-        def measure() -> int:
-            start = time.perf_counter_ns()
-            result = loop(calls_tensor)
-            tf_sync(result)  # the sample ends when the device has produced the result
-            return time.perf_counter_ns() - start
-
-        faults = FaultCounter()
-        samples = collect(measure, rule)
-        faults_per_call = faults.per_call(samples, calls)
+        sampled = sample_calls(
+            run_calls, int(params["calls_per_sample"]), rule, TF_TARGET_SAMPLE_NS, one_sample=one_sample
+        )
+        samples, calls, faults_per_call = sampled.samples, sampled.calls, sampled.minor_page_faults_per_call
 
     return Measurement(
         samples=samples,

@@ -6,13 +6,12 @@ FLOPs per call = 2n³ (n³ multiplies and n³ adds; the exact count is 2n³ - n�
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from kaliper.errors import WorkloadError
-from kaliper.workloads.calibration import MATMUL_GFLOPS_FORMULA, calibrate_calls, rate_metrics
+from kaliper.workloads.calibration import MATMUL_GFLOPS_FORMULA, rate_metrics, sample_calls
 from kaliper.workloads.measurement import Measurement
-from kaliper.workloads.sampling import SamplingRule, collect
+from kaliper.workloads.sampling import SamplingRule
 from kaliper.workloads.torch_support import device_and_sync, torch_build_info, torch_gpus, torch_threads
 
 
@@ -40,15 +39,8 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             torch.mm(a, b, out=out)
         sync()  # GPU kernels are asynchronous: the work is done when the device says so
 
-    calls = int(params["calls_per_sample"]) or calibrate_calls(run_calls)
-
-    def measure() -> int:
-        sync()
-        start = time.perf_counter_ns()
-        run_calls(calls)
-        return time.perf_counter_ns() - start
-
-    samples = collect(measure, rule)
+    sampled = sample_calls(run_calls, int(params["calls_per_sample"]), rule, drain=sync)
+    samples, calls = sampled.samples, sampled.calls
     return Measurement(
         samples=samples,
         calls_per_sample=calls,

@@ -34,6 +34,7 @@ MAX_YAML_NODES = 100_000
 # RFC 1035 label: the training operator names a Service per replica after the job, and Service names
 # must start with a letter.
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 REPLICA_TYPES = {
     "PyTorchJob": ("Master", "Worker"),
     "TFJob": ("Chief", "Master", "PS", "Worker", "Evaluator"),
@@ -106,6 +107,29 @@ class ResourcesSpec(StrictModel):
         return value
 
 
+class Toleration(StrictModel):
+    """A Kubernetes pod toleration (core/v1), for nodes reserved by taints (GPU pools, benchmark nodes)."""
+
+    key: str | None = None
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(None, ge=0, alias="tolerationSeconds")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _exists_has_no_value(self) -> Toleration:
+        if self.operator == "Exists" and self.value is not None:
+            raise ValueError("operator Exists takes no value")
+        if self.key is None and self.operator != "Exists":
+            raise ValueError("a toleration without a key must use operator Exists")
+        return self
+
+    def to_kubernetes(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
 class JobSpec(StrictModel):
     kind: Literal["PyTorchJob", "TFJob"] = "PyTorchJob"
     replicas: dict[str, Annotated[int, Field(ge=1, le=1024)]] = Field(default_factory=lambda: {"Master": 1})
@@ -115,6 +139,7 @@ class JobSpec(StrictModel):
     namespace: str | None = None
     service_account: str | None = None
     node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
     success_policy: Literal["", "AllWorkers"] = Field("", description="TFJob only")
 
     @field_validator("image")
@@ -166,6 +191,62 @@ class StackSpec(StrictModel):
         return None if value is None else JobSpec._pinned_image(value)
 
 
+class WorkflowSpec(StrictModel):
+    """How the cluster front-ends (Argo, CronWorkflow, KFP) run the steps; `kaliper run` ignores it."""
+
+    image: str = Field(
+        f"ghcr.io/kaliper-dev/kaliper:{__version__}",
+        description="image of the configure/launch/report steps (the `kaliper` base image)",
+    )
+    service_account: str = Field("kaliper", description="runs the steps; manifests/ gives it its Role")
+    parallelism: int = Field(1, ge=1, le=1000, description="runs (trial × repetition) at once on a cluster")
+    storage: str | None = Field(
+        None, description="storage URL inside the cluster; default: the spec's, or file:///kaliper-results"
+    )
+    volume_claim: str = Field(
+        "kaliper-results", description="PVC mounted at the storage path when the storage is file://"
+    )
+    timezone: str = Field("UTC", description="time zone of `schedule` (IANA name)")
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        return JobSpec._pinned_image(value)
+
+    @field_validator("service_account", "volume_claim")
+    @classmethod
+    def _dns_name(cls, value: str) -> str:
+        if not DNS_SUBDOMAIN.match(value) or len(value) > 253:
+            raise ValueError("expected a Kubernetes object name (lower-case letters, digits, '-', '.')")
+        return value
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            check_storage_url(value)
+        except StorageURLError as exc:
+            raise ValueError(str(exc)) from None
+        if value.startswith("file://") and not value[len("file://") :].startswith("/"):
+            raise ValueError("inside a cluster a file:// storage path must be absolute (the PVC mount path)")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        import zoneinfo
+
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}; expected an IANA name such as UTC or Europe/Berlin") from None
+        return value
+
+
 class MonitoringSpec(StrictModel):
     prometheus: str | None = None
     pushgateway: str | None = None
@@ -183,6 +264,7 @@ class BenchmarkSpec(StrictModel):
     storage: str = DEFAULT_STORAGE_URL
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
     schedule: str | None = None
+    workflow: WorkflowSpec = Field(default_factory=WorkflowSpec)
 
     @model_validator(mode="before")
     @classmethod

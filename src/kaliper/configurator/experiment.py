@@ -6,6 +6,7 @@ untouched.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import secrets
@@ -43,6 +44,13 @@ def new_experiment_id(name: str, now: datetime | None = None) -> str:
     """`<name>-<yyyymmddThhmmssZ>-<4 hex>`: sortable by time, unique across concurrent runs."""
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
     return f"{name}-{stamp}-{secrets.token_hex(2)}"
+
+
+def experiment_id_for_workflow(spec_name: str, workflow_name: str, created: datetime) -> str:
+    """The experiment id of a cluster run: a pure function of the workflow, so every step (and a retried
+    one) derives the same id without passing it around: `<name>-<workflow creation time>-<4 hex of its name>`."""
+    stamp = created.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{spec_name}-{stamp}-{hashlib.sha256(workflow_name.encode()).hexdigest()[:4]}"
 
 
 def matrix_points(matrix: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -100,6 +108,7 @@ def configure(
             "timeout_seconds": math.ceil(spec.job.timeout),
             "service_account": spec.job.service_account,
             "node_selector": spec.job.node_selector,
+            "tolerations": [t.to_kubernetes() for t in spec.job.tolerations],
             "success_policy": spec.job.success_policy,
         }
         arguments = {"run": run, "job": job, "workload": workload, "params": params, "sampling": sampling}

@@ -4,7 +4,7 @@
 // Every template is a function of the same top-level arguments:
 //   run:      {experiment, trial, storage, name, namespace, labels}
 //   job:      {kind, replicas, image, resources: {cpu, memory, gpu}, timeout_seconds,
-//              service_account, node_selector, success_policy}
+//              service_account, node_selector, tolerations, success_policy}
 //   workload: {name, framework}
 //   params:   the workload's parameters (defaults included)
 //   sampling: {warmup, target_rel_ci, min_samples, max_samples, max_time_s, confidence}
@@ -91,7 +91,8 @@
     spec: {
       containers: [container],
     } + (if job.service_account != null then { serviceAccountName: job.service_account } else {})
-      + (if std.length(job.node_selector) > 0 then { nodeSelector: job.node_selector } else {}),
+      + (if std.length(job.node_selector) > 0 then { nodeSelector: job.node_selector } else {})
+      + (if std.length(job.tolerations) > 0 then { tolerations: job.tolerations } else {}),
   },
 
   // Benchmarks never restart: a retried replica would mix two processes into one measurement.

@@ -1,0 +1,181 @@
+"""What every cluster front-end (Argo WorkflowTemplate/Workflow/CronWorkflow, KFP pipeline) needs from a
+spec, and the step command lines they all run: one place, so Argo and KFP call the same image the same way.
+
+No Hera or kfp import here: the builders in `argo.py` and `kfp.py` import those lazily.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kaliper.errors import SpecError
+from kaliper.spec import LoadedSpec
+
+# Where the configure step writes its outputs inside its pod (an emptyDir-free path every image has).
+OUTPUT_DIR: Final = "/tmp/kaliper"
+RUNS_OUTPUT: Final = f"{OUTPUT_DIR}/runs.json"
+EXPERIMENT_OUTPUT: Final = f"{OUTPUT_DIR}/experiment"
+# Where file:// storage lives inside a cluster unless the spec says otherwise: a PVC mounted there.
+CLUSTER_STORAGE_DEFAULT: Final = "file:///kaliper-results"
+# Linux caps one argv string at 128 KiB (MAX_ARG_STRLEN); the spec travels as one argument.
+MAX_SPEC_ARG_BYTES: Final = 100_000
+# Slack on top of the job's own deadline: the operator marks a job Failed shortly after its
+# activeDeadlineSeconds, and image pulls count toward that deadline already.
+LAUNCH_SLACK_S: Final = 300
+# The steps only read/write small documents; the benchmark runs in the job's own pods.
+STEP_RESOURCES: Final = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+
+
+@dataclass(frozen=True)
+class Placeholders:
+    """How a front-end spells the values only known when a run starts."""
+
+    workflow_name: str
+    workflow_created: str
+    workflow_uid: str | None
+    spec: str
+    storage: str
+
+
+ARGO: Final = Placeholders(
+    workflow_name="{{workflow.name}}",
+    workflow_created="{{workflow.creationTimestamp}}",
+    workflow_uid="{{workflow.uid}}",
+    spec="{{workflow.parameters.spec}}",
+    storage="{{workflow.parameters.storage}}",
+)
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """A spec as the cluster front-ends see it."""
+
+    template_name: str
+    spec_name: str
+    spec_text: str
+    description: str | None
+    image: str
+    service_account: str
+    namespace: str | None
+    storage: str
+    volume_claim: str | None
+    mount_path: str | None
+    parallelism: int
+    job_timeout_s: int
+    launch_timeout_s: int
+    schedule: str | None
+    timezone: str
+    node_selector: dict[str, str]
+    tolerations: list[dict[str, Any]]
+
+    @property
+    def launch_template_timeout(self) -> str:
+        """Argo `timeout` of the launch step: the step's own wait plus time to start its pod."""
+        return f"{self.launch_timeout_s + 300}s"
+
+
+def cluster_plan(loaded: LoadedSpec) -> ClusterPlan:
+    spec = loaded.spec
+    if len(loaded.text.encode()) > MAX_SPEC_ARG_BYTES:
+        raise SpecError(
+            f"{loaded.source}: the spec is {len(loaded.text.encode())} bytes; a workflow passes it as one "
+            f"command-line argument, which must stay under {MAX_SPEC_ARG_BYTES} bytes"
+        )
+    if spec.workload.template is not None:
+        raise SpecError(
+            f"{loaded.source}: workload.template {spec.workload.template!r}: a custom jsonnet template lives beside "
+            "the spec on this machine and is not in the step image; compile a spec with a built-in workload, or "
+            "build an image with the template and use it as a built-in one"
+        )
+    storage = spec.workflow.storage or _cluster_storage(spec.storage)
+    mount = storage[len("file://") :] if storage.startswith("file://") else None
+    job_timeout = math.ceil(spec.job.timeout)
+    return ClusterPlan(
+        template_name=f"kaliper-{spec.name}",
+        spec_name=spec.name,
+        spec_text=loaded.text,
+        description=spec.description,
+        image=spec.workflow.image,
+        service_account=spec.workflow.service_account,
+        namespace=spec.job.namespace,
+        storage=storage,
+        volume_claim=spec.workflow.volume_claim if mount else None,
+        mount_path=mount,
+        parallelism=spec.workflow.parallelism,
+        job_timeout_s=job_timeout,
+        launch_timeout_s=job_timeout + LAUNCH_SLACK_S,
+        schedule=spec.schedule,
+        timezone=spec.workflow.timezone,
+        node_selector=dict(spec.workflow.node_selector),
+        tolerations=[t.to_kubernetes() for t in spec.workflow.tolerations],
+    )
+
+
+def _cluster_storage(url: str) -> str:
+    """A relative file:// path means "this machine": inside a cluster that becomes the default PVC path."""
+    if url.startswith("file://") and not url[len("file://") :].startswith("/"):
+        return CLUSTER_STORAGE_DEFAULT
+    return url
+
+
+def configure_argv(ph: Placeholders) -> list[str]:
+    return [
+        "kaliper",
+        "step",
+        "configure",
+        "--spec-text",
+        ph.spec,
+        "--storage",
+        ph.storage,
+        "--workflow-name",
+        ph.workflow_name,
+        "--workflow-created",
+        ph.workflow_created,
+        "--runs-out",
+        RUNS_OUTPUT,
+        "--experiment-out",
+        EXPERIMENT_OUTPUT,
+    ]
+
+
+def launch_argv(plan: ClusterPlan, ph: Placeholders, experiment: str, trial: str, repetition: str) -> list[str]:
+    argv = [
+        "kaliper",
+        "step",
+        "launch",
+        "--storage",
+        ph.storage,
+        "--experiment",
+        experiment,
+        "--trial",
+        trial,
+        "--repetition",
+        repetition,
+        "--workflow-name",
+        ph.workflow_name,
+        "--timeout",
+        str(plan.launch_timeout_s),
+    ]
+    if ph.workflow_uid is not None:
+        argv += ["--workflow-uid", ph.workflow_uid]
+    if plan.volume_claim is not None and plan.mount_path is not None:
+        argv += ["--volume-claim", plan.volume_claim, "--mount-path", plan.mount_path]
+    return argv
+
+
+def report_argv(ph: Placeholders) -> list[str]:
+    return [
+        "kaliper",
+        "step",
+        "report",
+        "--spec-text",
+        ph.spec,
+        "--storage",
+        ph.storage,
+        "--workflow-name",
+        ph.workflow_name,
+        "--workflow-created",
+        ph.workflow_created,
+    ]

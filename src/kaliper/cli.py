@@ -1,7 +1,7 @@
 """The `kaliper` command. Errors print `error: ...` and exit with the code of their class (errors.py).
 
-Exit codes: 0 success; 1 a run or workload failed (the report is still written); 2 bad input (spec,
-parameters, storage URL, unknown schema version): nothing was run or written.
+Exit codes: 0 success; 1 a run or workload failed (the report is still written) or the cluster refused a
+request; 2 bad input (spec, parameters, storage URL, unknown schema version): nothing was run or written.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kaliper import __version__
+from kaliper import __version__, cli_cluster
 from kaliper.errors import InputError, KaliperError, RunsFailedError
 
 HEADLINE_METRICS = ("images_per_s_total", "images_per_s", "gflops")
@@ -213,6 +213,9 @@ def list_workloads() -> None:
                 p.help + choices,
             )
     Console().print(table)
+
+
+cli_cluster.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -62,3 +62,7 @@ class RunsFailedError(KaliperError):
 
 class WorkloadError(KaliperError):
     """A workload could not measure (bad device, unsupported dtype, ...)."""
+
+
+class ClusterError(KaliperError):
+    """The Kubernetes API could not be reached or refused a request (kubeconfig, RBAC, missing CRDs)."""

@@ -243,7 +243,9 @@ class WorkflowSpec(StrictModel):
         try:
             zoneinfo.ZoneInfo(value)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r}; expected an IANA name such as UTC or Europe/Berlin") from None
+            raise ValueError(
+                f"unknown time zone {value!r}; expected an IANA name such as UTC or Europe/Berlin"
+            ) from None
         return value
 
 

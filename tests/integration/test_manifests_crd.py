@@ -9,17 +9,14 @@ with a Draft 7 validator. Three things the API server does beyond plain JSON Sch
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from jsonschema import Draft7Validator, FormatChecker
 
+from k8s_schemas import assert_valid, crd_problems
 from kaliper.configurator import configure
 from kaliper.configurator.jobs import CONTAINER_NAME, LABEL_REPETITION, for_repetition, replica_specs
 from kaliper.configurator.render import BUILTIN_TEMPLATES
@@ -28,101 +25,7 @@ from kaliper.spec import LoadedSpec, load_spec, spec_from_text
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart.yaml"
-CRD_DIR = "kubeflow-trainer-v1.9.4"
-CRD_FILES = {"PyTorchJob": "kubeflow.org_pytorchjobs.yaml", "TFJob": "kubeflow.org_tfjobs.yaml"}
-INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-
-FORMATS = FormatChecker()
-
-
-def _int_format(name: str) -> None:
-    low, high = INT_RANGES[name]
-
-    @FORMATS.checks(name)
-    def check(instance: object) -> bool:
-        if isinstance(instance, bool) or not isinstance(instance, int | float):
-            return True
-        return math.isfinite(instance) and float(instance).is_integer() and low <= instance <= high
-
-
-for _name in INT_RANGES:
-    _int_format(_name)
-
-
-@functools.cache
-def crd(path: Path) -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(path.read_text())
-    return loaded
-
-
-def v1_schema(schemas_dir: Path, kind: str) -> dict[str, Any]:
-    document = crd(schemas_dir / CRD_DIR / CRD_FILES[kind])
-    assert document["kind"] == "CustomResourceDefinition"
-    assert document["spec"]["group"] == "kubeflow.org"
-    assert document["spec"]["names"]["kind"] == kind
-    (version,) = [v for v in document["spec"]["versions"] if v["name"] == "v1"]
-    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
-    return schema
-
-
-def pruned_fields(instance: Any, schema: dict[str, Any], path: str = "") -> Iterator[str]:
-    """Paths of fields the API server would drop: keys a structural schema with `properties` does not declare."""
-    if isinstance(instance, dict):
-        properties = schema.get("properties")
-        additional = schema.get("additionalProperties")
-        for key, value in instance.items():
-            where = f"{path}.{key}" if path else key
-            if properties is not None and key in properties:
-                yield from pruned_fields(value, properties[key], where)
-            elif isinstance(additional, dict):
-                yield from pruned_fields(value, additional, where)
-            elif properties is not None and not schema.get("x-kubernetes-preserve-unknown-fields"):
-                yield where
-    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(instance):
-            yield from pruned_fields(item, schema["items"], f"{path}[{i}]")
-
-
-def list_map_duplicates(instance: Any, schema: dict[str, Any], path: str = "") -> Iterator[str]:
-    """`x-kubernetes-list-type: map` lists whose items repeat a key (the API server rejects those)."""
-    if isinstance(instance, dict):
-        properties = schema.get("properties") or {}
-        additional = schema.get("additionalProperties")
-        for key, value in instance.items():
-            sub = properties.get(key, additional if isinstance(additional, dict) else None)
-            if sub is not None:
-                yield from list_map_duplicates(value, sub, f"{path}.{key}" if path else key)
-    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
-        if schema.get("x-kubernetes-list-type") == "map":
-            keys = [tuple(item.get(k) for k in schema["x-kubernetes-list-map-keys"]) for item in instance]
-            for key in {k for k in keys if keys.count(k) > 1}:
-                yield f"{path}: {key} repeated"
-        for i, item in enumerate(instance):
-            yield from list_map_duplicates(item, schema["items"], f"{path}[{i}]")
-
-
-def crd_problems(manifest: dict[str, Any], schemas_dir: Path) -> list[str]:
-    """Everything the API server would object to (or silently drop) in `manifest`, as readable lines."""
-    kind = manifest.get("kind")
-    if kind not in CRD_FILES:
-        return [f"kind: {kind!r} is not a Kubeflow trainer v1 job"]
-    schema = v1_schema(schemas_dir, kind)
-    validator = Draft7Validator(schema, format_checker=FORMATS)
-    problems = [
-        f"{'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
-        for e in validator.iter_errors(manifest)
-    ]
-    if manifest.get("apiVersion") != "kubeflow.org/v1":
-        problems.append(f"apiVersion: {manifest.get('apiVersion')!r}, expected kubeflow.org/v1")
-    problems += [f"{p}: unknown field, would be pruned" for p in pruned_fields(manifest, schema)]
-    problems += list(list_map_duplicates(manifest, schema))
-    return problems
-
-
-def assert_valid(manifest: dict[str, Any], schemas_dir: Path) -> None:
-    problems = crd_problems(manifest, schemas_dir)
-    assert problems == [], "\n".join(problems)
 
 
 def env_values(container: dict[str, Any]) -> dict[str, str]:

@@ -71,9 +71,14 @@ class ClusterPlan:
     tolerations: list[dict[str, Any]]
 
     @property
+    def launch_deadline_s(self) -> int:
+        """Deadline of the launch step's pod: its own wait plus time to start the pod."""
+        return self.launch_timeout_s + 300
+
+    @property
     def launch_template_timeout(self) -> str:
-        """Argo `timeout` of the launch step: the step's own wait plus time to start its pod."""
-        return f"{self.launch_timeout_s + 300}s"
+        """Argo `timeout` of the launch step."""
+        return f"{self.launch_deadline_s}s"
 
 
 def cluster_plan(loaded: LoadedSpec) -> ClusterPlan:
@@ -120,7 +125,10 @@ def _cluster_storage(url: str) -> str:
     return url
 
 
-def configure_argv(ph: Placeholders) -> list[str]:
+def configure_argv(
+    ph: Placeholders, runs_out: Any = RUNS_OUTPUT, experiment_out: Any = EXPERIMENT_OUTPUT
+) -> list[Any]:
+    """The configure step; KFP passes its own output-file placeholders for the two outputs."""
     return [
         "kaliper",
         "step",
@@ -134,13 +142,15 @@ def configure_argv(ph: Placeholders) -> list[str]:
         "--workflow-created",
         ph.workflow_created,
         "--runs-out",
-        RUNS_OUTPUT,
+        runs_out,
         "--experiment-out",
-        EXPERIMENT_OUTPUT,
+        experiment_out,
     ]
 
 
-def launch_argv(plan: ClusterPlan, ph: Placeholders, experiment: str, trial: str, repetition: str) -> list[str]:
+def launch_argv(
+    plan: ClusterPlan, ph: Placeholders, experiment: str, trial: str, repetition: str
+) -> list[str]:
     argv = [
         "kaliper",
         "step",

@@ -1,0 +1,177 @@
+"""Argo WorkflowTemplate, Workflow and CronWorkflow for a spec, built with Hera 7 (Argo v4).
+
+Shape: `configure` → fan-out over its list of runs (`withParam`, `parallelism` from the spec) → `launch`
+each run (creates the TFJob/PyTorchJob and waits on its conditions) → `report` as the exit handler, so a
+report is written even when runs fail. The trial list is made at run time by the configure step and is
+never inlined, so a 1,000-trial sweep compiles to the same few kilobytes as a one-trial spec.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from kaliper import __version__
+from kaliper.workflows.plan import (
+    ARGO,
+    EXPERIMENT_OUTPUT,
+    RUNS_OUTPUT,
+    STEP_RESOURCES,
+    ClusterPlan,
+    configure_argv,
+    launch_argv,
+    report_argv,
+)
+
+Kind = Literal["Workflow", "WorkflowTemplate"]
+VOLUME = "kaliper-results"
+LABELS = {"app.kubernetes.io/name": "kaliper", "app.kubernetes.io/version": __version__}
+
+
+def _container_kwargs(plan: ClusterPlan) -> dict[str, Any]:
+    from hera.workflows import models as m
+
+    mounts = [m.VolumeMount(name=VOLUME, mount_path=plan.mount_path)] if plan.mount_path else None
+    return {
+        "image": plan.image,
+        "image_pull_policy": "IfNotPresent",
+        "resources": m.ResourceRequirements(
+            requests=STEP_RESOURCES["requests"], limits=STEP_RESOURCES["limits"]
+        ),
+        "volume_mounts": mounts,
+        "security_context": m.SecurityContext(
+            allow_privilege_escalation=False,
+            run_as_non_root=True,
+            capabilities=m.Capabilities(drop=["ALL"]),
+            seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
+        ),
+    }
+
+
+def _retry(limit: int, policy: str) -> Any:
+    from hera.workflows import RetryStrategy
+    from hera.workflows import models as m
+
+    return RetryStrategy(
+        limit=str(limit),
+        retry_policy=policy,
+        backoff=m.Backoff(duration="10s", factor="2", max_duration="5m"),
+    )
+
+
+def _build(plan: ClusterPlan, kind: Kind) -> Any:
+    """The Hera object: a WorkflowTemplate named after the spec, or a Workflow for `argo submit FILE`."""
+    from hera.workflows import Container, Parameter, Steps, Workflow, WorkflowTemplate
+    from hera.workflows import models as m
+
+    common: dict[str, Any] = {
+        "entrypoint": "main",
+        "on_exit": "report",
+        "namespace": plan.namespace,
+        "service_account_name": plan.service_account,
+        "labels": LABELS,
+        "annotations": {"workflows.argoproj.io/description": plan.description} if plan.description else None,
+        "arguments": [
+            Parameter(name="spec", value=plan.spec_text, description="the benchmark spec (YAML)"),
+            Parameter(name="storage", value=plan.storage, description="storage URL for results"),
+        ],
+        "node_selector": plan.node_selector or None,
+        "tolerations": [m.Toleration(**t) for t in plan.tolerations] or None,
+        "volumes": (
+            [
+                m.Volume(
+                    name=VOLUME,
+                    persistent_volume_claim=m.PersistentVolumeClaimVolumeSource(claim_name=plan.volume_claim),
+                )
+            ]
+            if plan.volume_claim
+            else None
+        ),
+        "pod_gc": m.PodGC(strategy="OnPodSuccess"),
+        "pod_metadata": m.Metadata(labels=LABELS),
+    }
+    if kind == "WorkflowTemplate":
+        builder: Any = WorkflowTemplate(name=plan.template_name, **common)
+    else:
+        builder = Workflow(generate_name=f"{plan.template_name}-", **common)
+
+    kwargs = _container_kwargs(plan)
+    with builder:
+        configure = Container(
+            name="configure",
+            command=configure_argv(ARGO)[:1],
+            args=configure_argv(ARGO)[1:],
+            outputs=[
+                Parameter(name="runs", value_from=m.ValueFrom(path=RUNS_OUTPUT)),
+                Parameter(name="experiment", value_from=m.ValueFrom(path=EXPERIMENT_OUTPUT)),
+            ],
+            # Idempotent: the experiment id comes from the workflow, and rewriting identical objects is a no-op.
+            retry_strategy=_retry(2, "Always"),
+            **kwargs,
+        )
+        launch_cmd = launch_argv(
+            plan,
+            ARGO,
+            "{{inputs.parameters.experiment}}",
+            "{{inputs.parameters.trial}}",
+            "{{inputs.parameters.repetition}}",
+        )
+        launch = Container(
+            name="launch",
+            command=launch_cmd[:1],
+            args=launch_cmd[1:],
+            inputs=[Parameter(name="experiment"), Parameter(name="trial"), Parameter(name="repetition")],
+            timeout=plan.launch_template_timeout,
+            # Only pod-level errors (eviction, node loss) are retried: the job's name is deterministic, so
+            # a retried launch finds its job and goes on waiting. A failed benchmark is never rerun.
+            retry_strategy=_retry(3, "OnError"),
+            **kwargs,
+        )
+        report_cmd = report_argv(ARGO)
+        Container(
+            name="report",
+            command=report_cmd[:1],
+            args=report_cmd[1:],
+            retry_strategy=_retry(2, "Always"),  # a rerun gives byte-identical files
+            **kwargs,
+        )
+        # One failed run must not stop the others: failFast off on the parallelism-bounded fan-out.
+        with Steps(name="main", parallelism=plan.parallelism, fail_fast=False):
+            configure(name="configure")
+            launch(
+                name="launch",
+                with_param="{{steps.configure.outputs.parameters.runs}}",
+                arguments={
+                    "experiment": "{{steps.configure.outputs.parameters.experiment}}",
+                    "trial": "{{item.trial}}",
+                    "repetition": "{{item.repetition}}",
+                },
+            )
+    return builder
+
+
+def workflow_document(plan: ClusterPlan, kind: Kind) -> dict[str, Any]:
+    document: dict[str, Any] = _build(plan, kind).to_dict()
+    return document
+
+
+def cron_workflow_document(plan: ClusterPlan) -> dict[str, Any]:
+    """A CronWorkflow that starts the spec's WorkflowTemplate on its `schedule` (never two at once)."""
+    from hera.workflows import CronWorkflow
+    from hera.workflows import models as m
+
+    if plan.schedule is None:
+        raise ValueError("the spec has no schedule")
+    cron = CronWorkflow(
+        name=plan.template_name,
+        namespace=plan.namespace,
+        labels=LABELS,
+        schedules=[plan.schedule],
+        timezone=plan.timezone,
+        concurrency_policy="Forbid",
+        starting_deadline_seconds=600,
+        successful_jobs_history_limit=5,
+        failed_jobs_history_limit=5,
+        workflow_template_ref=m.WorkflowTemplateRef(name=plan.template_name),
+    )
+    document: dict[str, Any] = cron.to_dict()
+    return document

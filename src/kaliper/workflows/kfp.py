@@ -1,0 +1,181 @@
+"""The Kubeflow Pipelines v2 pipeline for a spec: the same image and step commands as the Argo front-end.
+
+Shape: `configure` → `dsl.ParallelFor` over its list of runs (`parallelism` from the spec) → `launch` each
+run → `report` as the `dsl.ExitHandler` task, so a report is written even when runs fail. KFP's UI and
+API accept only its own IR (PipelineSpec, schemaVersion 2.1.0), not Argo YAML, hence this second builder.
+
+What KFP cannot say per pipeline: the service account. Every step runs as the run's service account
+(`default-editor` in a Kubeflow profile namespace; set per run or recurring run), so that account needs
+the rights `manifests/` gives `kaliper` (create/get/delete TFJobs and PyTorchJobs, read pods). Pod
+settings KFP has no word for (PVC mount, node selector, tolerations, pod deadline, pull policy) go into
+the IR's platform spec through `kfp-kubernetes`.
+
+kfp and kfp-kubernetes are imported inside the builder only, so `kaliper` imports without them. No
+`from __future__ import annotations` here: kfp reads the components' annotations as objects.
+"""
+
+import importlib
+import tempfile
+from pathlib import Path
+from typing import Any, Final
+
+from kaliper.workflows.plan import (
+    STEP_RESOURCES,
+    ClusterPlan,
+    Placeholders,
+    configure_argv,
+    launch_argv,
+    report_argv,
+)
+
+# The run's unique Kubernetes name (the Argo Workflow KFP creates), not `PIPELINE_JOB_NAME_PLACEHOLDER`:
+# the backend resolves that one to the run's *display* name, which a user types and a recurring run
+# repeats, so experiment ids derived from it would collide.
+WORKFLOW_NAME: Final = "{{$.pipeline_job_resource_name}}"
+# RFC 3339 UTC, like Argo's `{{workflow.creationTimestamp}}`. Both travel as task inputs (the backend
+# resolves a placeholder only where a whole task input equals it, never inside a command line).
+WORKFLOW_CREATED: Final = "{{$.pipeline_job_create_time_utc}}"
+# Output keys of the configure component (`configure.outputs[...]`).
+RUNS: Final = "runs"
+EXPERIMENT: Final = "experiment"
+
+
+def _placeholders(spec: Any, storage: Any, workflow_name: Any, workflow_created: Any) -> Placeholders:
+    """plan.py's Placeholders spelled with a component's input placeholders (no ownerReference: no uid)."""
+    return Placeholders(
+        workflow_name=workflow_name,
+        workflow_created=workflow_created,
+        workflow_uid=None,
+        spec=spec,
+        storage=storage,
+    )
+
+
+def _container(image: str, argv: list[Any]) -> Any:
+    """`kaliper step NAME` as the command (what the KFP UI shows), the options as args."""
+    from kfp import dsl
+
+    return dsl.ContainerSpec(image=image, command=argv[:3], args=argv[3:])
+
+
+def _components(plan: ClusterPlan) -> tuple[Any, Any, Any]:
+    from kfp import dsl
+
+    @dsl.container_component  # type: ignore[untyped-decorator]
+    def configure(
+        spec: str,
+        storage: str,
+        workflow_name: str,
+        workflow_created: str,
+        runs: dsl.OutputPath(list),  # type: ignore[valid-type]
+        experiment: dsl.OutputPath(str),  # type: ignore[valid-type]
+    ) -> dsl.ContainerSpec:
+        ph = _placeholders(spec, storage, workflow_name, workflow_created)
+        return _container(plan.image, configure_argv(ph, runs_out=runs, experiment_out=experiment))
+
+    @dsl.container_component  # type: ignore[untyped-decorator]
+    def launch(
+        storage: str, workflow_name: str, experiment: str, trial: str, repetition: str
+    ) -> dsl.ContainerSpec:
+        ph = _placeholders("", storage, workflow_name, "")  # launch reads neither the spec nor the time
+        return _container(plan.image, launch_argv(plan, ph, experiment, trial, repetition))
+
+    @dsl.container_component  # type: ignore[untyped-decorator]
+    def report(spec: str, storage: str, workflow_name: str, workflow_created: str) -> dsl.ContainerSpec:
+        return _container(
+            plan.image, report_argv(_placeholders(spec, storage, workflow_name, workflow_created))
+        )
+
+    return configure, launch, report
+
+
+def _pod(plan: ClusterPlan, task: Any, *, retries: int) -> Any:
+    """Resources, retries, no caching (a benchmark must run every time) and the platform settings."""
+    from kfp import kubernetes
+
+    task.set_caching_options(False)
+    for name, value in STEP_RESOURCES["requests"].items():
+        getattr(task, f"set_{name}_request")(value)
+    for name, value in STEP_RESOURCES["limits"].items():
+        getattr(task, f"set_{name}_limit")(value)
+    if retries:
+        task.set_retry(
+            num_retries=retries, backoff_duration="10s", backoff_factor=2, backoff_max_duration="300s"
+        )
+    kubernetes.set_image_pull_policy(task, "IfNotPresent")
+    if plan.volume_claim is not None and plan.mount_path is not None:
+        kubernetes.mount_pvc(task, pvc_name=plan.volume_claim, mount_path=plan.mount_path)
+    for key, value in sorted(plan.node_selector.items()):
+        kubernetes.add_node_selector(task, label_key=key, label_value=value)
+    for (
+        toleration
+    ) in plan.tolerations:  # not add_toleration_json: it reads `toleration_seconds`, not k8s's name
+        kubernetes.add_toleration(
+            task,
+            key=toleration.get("key"),
+            operator=toleration.get("operator"),
+            value=toleration.get("value"),
+            effect=toleration.get("effect"),
+            toleration_seconds=toleration.get("tolerationSeconds"),
+        )
+    return task
+
+
+def _pipeline(plan: ClusterPlan) -> Any:
+    from kfp import dsl, kubernetes
+
+    configure, launch, report = _components(plan)
+    run = {"workflow_name": WORKFLOW_NAME, "workflow_created": WORKFLOW_CREATED}
+
+    @dsl.pipeline(name=plan.template_name, description=plan.description)  # type: ignore[untyped-decorator]
+    def pipeline(spec: str = plan.spec_text, storage: str = plan.storage) -> None:
+        # The exit task is made first and may use only pipeline inputs: it runs whatever happened inside.
+        # A report rerun gives byte-identical files, so retrying it (and configure: the experiment id comes
+        # from the run, and rewriting identical objects is a no-op) is safe.
+        exit_task = _pod(plan, report(spec=spec, storage=storage, **run), retries=2)
+        with dsl.ExitHandler(exit_task=exit_task, name="runs"):
+            cfg = _pod(plan, configure(spec=spec, storage=storage, **run), retries=2)
+            with dsl.ParallelFor(items=cfg.outputs[RUNS], parallelism=plan.parallelism, name="run") as item:
+                # No retry: KFP retries on any failure (it has no Argo-like OnError policy), so a failed or
+                # timed-out benchmark would be waited on again, a timed-out one for another full timeout.
+                task = launch(
+                    storage=storage,
+                    workflow_name=WORKFLOW_NAME,
+                    experiment=cfg.outputs[EXPERIMENT],
+                    trial=item.trial,
+                    repetition=item.repetition,
+                )
+                _pod(plan, task, retries=0)
+                kubernetes.set_timeout(task, plan.launch_deadline_s)  # the Argo template timeout
+
+    return pipeline
+
+
+def _valid_header(text: str, pipeline: Any) -> str:
+    """kfp 2.16 writes input defaults into its `# Inputs:` header unescaped, so the spec's second line on
+    would be YAML, not comment: comment every header line out, leaving a one-line header as it was."""
+    from kfp.compiler import pipeline_spec_builder
+
+    # protobuf ships no type stubs; it comes with kfp, so import it the way mypy does not follow.
+    json_format: Any = importlib.import_module("google.protobuf.json_format")
+
+    spec = json_format.MessageToDict(pipeline.pipeline_spec)
+    header = pipeline_spec_builder.extract_comments_from_pipeline_spec(spec, pipeline.description)
+    if not text.startswith(header):
+        raise RuntimeError("kfp's compiled pipeline no longer starts with its own header comment")
+    lines = (line if line.startswith("#") else f"# {line}".rstrip() for line in header.splitlines())
+    return "\n".join(lines) + "\n" + text[len(header) :]
+
+
+def pipeline_yaml(plan: ClusterPlan) -> str:
+    """The compiled KFP IR (PipelineSpec YAML, schemaVersion 2.1.0, then the Kubernetes platform spec).
+
+    Deterministic: same plan and kfp version → same bytes (no time, path or random part in it).
+    """
+    from kfp import compiler
+
+    pipeline = _pipeline(plan)
+    with tempfile.TemporaryDirectory(prefix="kaliper-kfp-") as tmp:
+        path = Path(tmp) / "pipeline.yaml"
+        compiler.Compiler().compile(pipeline, package_path=str(path))
+        return _valid_header(path.read_text(encoding="utf-8"), pipeline)

@@ -72,6 +72,7 @@ class ReplicaLaunch(Document):
     reason: str
     started: datetime | None = None
     finished: datetime | None = None
+    image_id: str | None = None
 
 
 class FailureInfo(Document):

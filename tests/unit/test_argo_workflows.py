@@ -16,9 +16,11 @@ import pytest
 import yaml
 
 from conftest import EXAMPLES, REPO, CliRunner
-from k8s_schemas import argo_problems
+from k8s_schemas import argo_problems, crd_problems
+from kaliper.configurator import configure
 from kaliper.errors import SpecError
 from kaliper.spec import LoadedSpec, load_spec, spec_from_text
+from kaliper.steps.jobspec import prepare_job
 from kaliper.workflows.argo import cron_workflow_document, workflow_document
 from kaliper.workflows.compile import compile_spec, dump_yaml
 from kaliper.workflows.plan import ARGO, cluster_plan, configure_argv, launch_argv, report_argv
@@ -257,3 +259,25 @@ job: {{kind: PyTorchJob, replicas: {{Master: 1}}, image: ghcr.io/kaliper-dev/kal
     for target in ("workflow", "workflowtemplate"):
         size = len(compile_spec(loaded, target).encode())  # type: ignore[arg-type]
         assert size < 100_000, f"{target}: {size} bytes"
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_jobs_the_launch_step_creates_pass_the_trainer_crds(path: Path, schemas_dir: Path) -> None:
+    """Each trial's job as `kaliper step launch` would create it (name, labels, owner, PVC mount)."""
+    loaded = load_spec(path)
+    plan = cluster_plan(loaded)
+    experiment = "x-20261121T020000Z-ab12"
+    for trial in configure(loaded, experiment, plan.storage).trials:
+        job = prepare_job(
+            trial.manifest,
+            experiment,
+            trial.doc.id,
+            2,
+            workflow_name="kaliper-some-very-long-spec-name-for-tests-x7k2p",
+            workflow_uid="0b4a4d43-8d0e-4a4b-9a63-2f1f0c6f3b1e",
+            namespace=plan.namespace or "kaliper",
+            volume_claim=plan.volume_claim,
+            mount_path=plan.mount_path,
+        )
+        assert crd_problems(job, schemas_dir) == [], trial.doc.id
+        assert len(job["metadata"]["name"]) <= 45

@@ -378,3 +378,24 @@ def test_header_comment_stays_a_comment() -> None:
 def test_module_imports_without_kfp() -> None:
     code = "import sys; sys.modules['kfp'] = None; import kaliper.workflows.kfp"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_ir_is_the_same_after_hera_patched_pyyaml(tmp_path: Path) -> None:
+    """Hera registers a global PyYAML string representer on import; the IR must not depend on it."""
+    code = (
+        "import sys\n"
+        "from kaliper.spec import load_spec\n"
+        "from kaliper.workflows.plan import cluster_plan\n"
+        "from kaliper.workflows.kfp import pipeline_yaml\n"
+        "if sys.argv[1] == 'hera':\n"
+        "    import hera.workflows\n"
+        "sys.stdout.write(pipeline_yaml(cluster_plan(load_spec(sys.argv[2]))))\n"
+    )
+    spec = str(EXAMPLES / "import.yaml")
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-c", code, mode, spec], capture_output=True, text=True, check=True
+        ).stdout
+        for mode in ("plain", "hera")
+    ]
+    assert outputs[0] == outputs[1]

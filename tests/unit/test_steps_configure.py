@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -135,3 +137,17 @@ def test_step_cli(kaliper: CliRunner, tmp_path: Path) -> None:
     assert "report.md" in report.stdout
     bad = kaliper("step", "report", *common[:-1], "yesterday")
     assert bad.returncode == 2 and bad.stderr.startswith("error: --workflow-created")
+
+
+def test_steps_and_the_cli_import_without_hera_or_kfp() -> None:
+    """The step image carries neither: only kaliper.workflows may import them, and only when compiling."""
+    code = (
+        "import sys\n"
+        "for name in ('hera', 'kfp'):\n"
+        "    sys.modules[name] = None\n"
+        "import kaliper.cli, kaliper.steps.configure, kaliper.steps.report, kaliper.steps.launch\n"
+        "import kaliper.workflows.plan, kaliper.workflows.compile\n"
+        "assert not any(m.startswith(('hera', 'kfp')) and sys.modules[m] for m in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr

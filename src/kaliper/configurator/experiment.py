@@ -151,8 +151,16 @@ def _check_identity(manifest: dict[str, Any], source: str, name: str) -> None:
         raise TemplateError(f"{source}: metadata.name is missing (use run.name, here {name!r})")
 
 
+class _ManifestDumper(yaml.SafeDumper):
+    """PyYAML's own string style, whatever another library registered globally (Hera does, on import):
+    job.yaml must be the same bytes in every process, or a retried configure step could not rewrite it."""
+
+
+_ManifestDumper.add_representer(str, yaml.representer.SafeRepresenter.represent_str)
+
+
 def dump_manifest(manifest: dict[str, Any]) -> str:
-    return yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False)
+    return yaml.dump(manifest, Dumper=_ManifestDumper, sort_keys=False, default_flow_style=False)
 
 
 def write_plan(plan: ExperimentPlan, storage: Storage) -> None:

@@ -14,8 +14,10 @@ kfp and kfp-kubernetes are imported inside the builder only, so `kaliper` import
 `from __future__ import annotations` here: kfp reads the components' annotations as objects.
 """
 
+import contextlib
 import importlib
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -167,6 +169,24 @@ def _valid_header(text: str, pipeline: Any) -> str:
     return "\n".join(lines) + "\n" + text[len(header) :]
 
 
+@contextlib.contextmanager
+def _default_yaml_strings() -> Iterator[None]:
+    """kfp writes with PyYAML's default Dumper, which Hera patches globally on import (multi-line strings as
+    `|` blocks): pin PyYAML's own string style while compiling, so the IR is the same with or without Hera."""
+    import yaml
+
+    table = yaml.Dumper.yaml_representers
+    saved = table.get(str)
+    table[str] = yaml.representer.SafeRepresenter.represent_str  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if saved is None:
+            del table[str]
+        else:
+            table[str] = saved
+
+
 def pipeline_yaml(plan: ClusterPlan) -> str:
     """The compiled KFP IR (PipelineSpec YAML, schemaVersion 2.1.0, then the Kubernetes platform spec).
 
@@ -177,5 +197,6 @@ def pipeline_yaml(plan: ClusterPlan) -> str:
     pipeline = _pipeline(plan)
     with tempfile.TemporaryDirectory(prefix="kaliper-kfp-") as tmp:
         path = Path(tmp) / "pipeline.yaml"
-        compiler.Compiler().compile(pipeline, package_path=str(path))
+        with _default_yaml_strings():
+            compiler.Compiler().compile(pipeline, package_path=str(path))
         return _valid_header(path.read_text(encoding="utf-8"), pipeline)

@@ -1,0 +1,174 @@
+"""The job object the launch step creates: one trial repetition of job.yaml, named and labelled for its workflow.
+
+Pure functions on plain dicts (the JSON the API server takes), so every decision is testable offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Final
+
+from kaliper.configurator.jobs import (
+    LABEL_EXPERIMENT,
+    LABEL_REPETITION,
+    LABEL_TRIAL,
+    for_repetition,
+    replica_specs,
+)
+from kaliper.errors import ExecutionError, InputError
+
+GROUP: Final = "kubeflow.org"
+VERSION: Final = "v1"
+PLURALS: Final = {"PyTorchJob": "pytorchjobs", "TFJob": "tfjobs"}
+WORKFLOW_LABEL: Final = "workflows.argoproj.io/workflow"
+JOB_NAME_LABEL: Final = "training.kubeflow.org/job-name"
+RESULTS_VOLUME: Final = "kaliper-results"
+SA_NAMESPACE_FILE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DEFAULT_NAMESPACE: Final = "default"
+# Pods and services are named <job>-<replicatype>-<index> and must stay DNS-1035 labels (<= 63
+# characters): "-evaluator-" (11) plus a 3-digit index leaves 49; 45 keeps a margin.
+MAX_JOB_NAME: Final = 45
+DIGEST_CHARS: Final = 6
+DNS_1035: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def job_name(base: str, workflow_name: str, experiment: str, trial: str, repetition: int) -> str:
+    """`<base>-<digest>-r<rep>`, at most MAX_JOB_NAME characters, the same every time a step retries.
+
+    The digest covers the workflow, experiment and trial (not only the workflow): a long base is cut
+    from the right, which can cut off the trial id, and two trials must still never share a name.
+    """
+    key = "\n".join((workflow_name, experiment, trial)).encode()
+    digest = hashlib.sha256(key).hexdigest()[:DIGEST_CHARS]
+    suffix = f"-{digest}-r{repetition}"
+    head = base[: MAX_JOB_NAME - len(suffix)].rstrip("-.")
+    name = f"{head}{suffix}"
+    if not DNS_1035.match(name):
+        raise InputError(
+            f"job name {name!r} (from metadata.name {base!r} in job.yaml) is not a DNS-1035 label: "
+            "use lower-case letters, digits and '-', starting with a letter"
+        )
+    return name
+
+
+def resolve_namespace(manifest: dict[str, Any], namespace_file: Path = SA_NAMESPACE_FILE) -> str:
+    """The manifest's namespace, else the namespace of the pod we run in, else "default"."""
+    given = manifest.get("metadata", {}).get("namespace")
+    if isinstance(given, str) and given:
+        return given
+    try:
+        own = namespace_file.read_text().strip()
+    except OSError:
+        own = ""
+    return own or DEFAULT_NAMESPACE
+
+
+def plural_of(manifest: dict[str, Any]) -> str:
+    kind = manifest.get("kind")
+    if kind not in PLURALS:
+        raise ExecutionError(f"job.yaml: kind {kind!r} is not a TFJob or PyTorchJob")
+    return PLURALS[kind]
+
+
+def owner_reference(workflow_name: str, workflow_uid: str) -> dict[str, Any]:
+    """The Workflow as owner, so deleting (or garbage-collecting) the workflow deletes the job.
+
+    Argo's own `setOwnerReference` uses metav1.NewControllerRef (controller and blockOwnerDeletion
+    both true). blockOwnerDeletion true needs update rights on `workflows/finalizers` wherever the
+    OwnerReferencesPermissionEnforcement admission plugin runs (OpenShift), which a workflow's service
+    account rarely has, and it only matters for foreground deletion; so it is false here.
+    """
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "name": workflow_name,
+        "uid": workflow_uid,
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
+
+
+def kaliper_labels(experiment: str, trial: str, repetition: int, workflow_name: str) -> dict[str, str]:
+    return {
+        LABEL_EXPERIMENT: experiment,
+        LABEL_TRIAL: trial,
+        LABEL_REPETITION: str(repetition),
+        WORKFLOW_LABEL: workflow_name,
+    }
+
+
+def prepare_job(
+    manifest: dict[str, Any],
+    experiment: str,
+    trial: str,
+    repetition: int,
+    *,
+    workflow_name: str,
+    workflow_uid: str | None,
+    namespace: str,
+    volume_claim: str | None = None,
+    mount_path: str | None = None,
+) -> dict[str, Any]:
+    """The object to create for one repetition; `manifest` (the trial's job.yaml) is not modified."""
+    if (volume_claim is None) != (mount_path is None):
+        raise InputError("a results volume needs both the claim name and the mount path, or neither")
+    if mount_path is not None and not mount_path.startswith("/"):
+        raise InputError(f"mount path {mount_path!r} must be absolute")
+    base = manifest.get("metadata", {}).get("name")
+    if not isinstance(base, str) or not base:
+        raise InputError("job.yaml has no metadata.name")
+    job = for_repetition(manifest, repetition)
+    metadata = job["metadata"]
+    metadata["name"] = job_name(base, workflow_name, experiment, trial, repetition)
+    metadata["namespace"] = namespace
+    labels = kaliper_labels(experiment, trial, repetition, workflow_name)
+    metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
+    if workflow_uid:
+        owners = [o for o in metadata.get("ownerReferences") or [] if o.get("uid") != workflow_uid]
+        metadata["ownerReferences"] = [*owners, owner_reference(workflow_name, workflow_uid)]
+    for spec in replica_specs(job).values():
+        template = spec.setdefault("template", {})
+        pod_meta = template.setdefault("metadata", {})
+        pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **labels}
+        if volume_claim is not None and mount_path is not None:
+            _mount_results(template.setdefault("spec", {}), volume_claim, mount_path)
+    return job
+
+
+def _mount_results(pod_spec: dict[str, Any], claim: str, mount_path: str) -> None:
+    volumes = [v for v in pod_spec.get("volumes") or [] if v.get("name") != RESULTS_VOLUME]
+    volumes.append({"name": RESULTS_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
+    pod_spec["volumes"] = volumes
+    for container in pod_spec.get("containers") or []:
+        mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") != RESULTS_VOLUME]
+        mounts.append({"name": RESULTS_VOLUME, "mountPath": mount_path})
+        container["volumeMounts"] = mounts
+
+
+def ownership_problem(
+    existing: dict[str, Any],
+    experiment: str,
+    trial: str,
+    repetition: int,
+    workflow_uid: str | None,
+) -> str | None:
+    """Why an existing job of our name is not ours to adopt (None when it is)."""
+    labels = existing.get("metadata", {}).get("labels") or {}
+    wanted = {LABEL_EXPERIMENT: experiment, LABEL_TRIAL: trial, LABEL_REPETITION: str(repetition)}
+    wrong = {k: labels.get(k) for k, v in wanted.items() if labels.get(k) != v}
+    if wrong:
+        found = ", ".join(f"{k}={v!r}" for k, v in wrong.items())
+        expected = ", ".join(f"{k}={wanted[k]!r}" for k in wrong)
+        return f"its labels say {found}, expected {expected}"
+    if workflow_uid:
+        owners = existing.get("metadata", {}).get("ownerReferences") or []
+        other = [
+            o.get("uid")
+            for o in owners
+            if o.get("kind") == "Workflow" and o.get("uid") and o.get("uid") != workflow_uid
+        ]
+        if other:
+            return f"it is owned by another Workflow (uid {other[0]}, this one is {workflow_uid})"
+    return None

@@ -125,14 +125,9 @@ def _cluster_storage(url: str) -> str:
     return url
 
 
-def configure_argv(
-    ph: Placeholders, runs_out: Any = RUNS_OUTPUT, experiment_out: Any = EXPERIMENT_OUTPUT
-) -> list[Any]:
-    """The configure step; KFP passes its own output-file placeholders for the two outputs."""
+def _spec_and_workflow(ph: Placeholders) -> list[Any]:
+    """What configure and report both need to derive the same experiment id."""
     return [
-        "kaliper",
-        "step",
-        "configure",
         "--spec-text",
         ph.spec,
         "--storage",
@@ -141,6 +136,18 @@ def configure_argv(
         ph.workflow_name,
         "--workflow-created",
         ph.workflow_created,
+    ]
+
+
+def configure_argv(
+    ph: Placeholders, runs_out: Any = RUNS_OUTPUT, experiment_out: Any = EXPERIMENT_OUTPUT
+) -> list[Any]:
+    """The configure step; KFP passes its own output-file placeholders for the two outputs."""
+    return [
+        "kaliper",
+        "step",
+        "configure",
+        *_spec_and_workflow(ph),
         "--runs-out",
         runs_out,
         "--experiment-out",
@@ -175,17 +182,5 @@ def launch_argv(
     return argv
 
 
-def report_argv(ph: Placeholders) -> list[str]:
-    return [
-        "kaliper",
-        "step",
-        "report",
-        "--spec-text",
-        ph.spec,
-        "--storage",
-        ph.storage,
-        "--workflow-name",
-        ph.workflow_name,
-        "--workflow-created",
-        ph.workflow_created,
-    ]
+def report_argv(ph: Placeholders) -> list[Any]:
+    return ["kaliper", "step", "report", *_spec_and_workflow(ph)]

@@ -7,7 +7,14 @@ BIN := $(VENV)/bin
 SPEC ?= examples/quickstart.yaml
 PYTEST_ARGS ?=
 
-.PHONY: run test lint typecheck pytest bench clean
+# Real services the tests talk to: Debian's prometheus + prometheus-pushgateway (promtool comes with
+# prometheus) and an S3-compatible server, moto_server, in its own venv (its botocore pins must not
+# constrain Kaliper's dependencies). Without them the service tests skip, or fail under
+# KALIPER_REQUIRE_SERVICES=1 (CI).
+MOTO_VENV ?= .venv-moto
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test lint typecheck pytest bench clean services
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +31,17 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-all
 run: $(VENV)/.installed-all
 	$(BIN)/kaliper run $(SPEC)
 
-test: $(VENV)/.installed-test lint typecheck pytest
+test: $(VENV)/.installed-test services lint typecheck pytest
+
+services: $(MOTO_VENV)/bin/moto_server
+	@if command -v prometheus >/dev/null && command -v prometheus-pushgateway >/dev/null && command -v promtool >/dev/null; then :; \
+	elif command -v apt-get >/dev/null; then \
+		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends prometheus prometheus-pushgateway; \
+	else echo "warning: no apt-get: install prometheus and prometheus-pushgateway yourself, or their tests skip"; fi
+
+$(MOTO_VENV)/bin/moto_server:
+	$(PYTHON) -m venv $(MOTO_VENV)
+	$(MOTO_VENV)/bin/python -m pip install --quiet 'moto[server]==5.2.5'
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks
@@ -41,4 +58,4 @@ bench: $(VENV)/.installed-all
 	$(BIN)/python benchmarks/executor_overhead.py
 
 clean:
-	rm -rf $(VENV) kaliper-results .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MOTO_VENV) kaliper-results .pytest_cache .mypy_cache .ruff_cache

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,6 +23,14 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+_URL_USERINFO = re.compile(r"(\w+://)[^/@\s]*@")
+
+
+def redact_credentials(text: str) -> str:
+    """`s3://KEY:SECRET@bucket` → `s3://***@bucket`: error messages must never echo a secret."""
+    return _URL_USERINFO.sub(r"\1***@", text)
+
+
 def describe_validation_error(error: ValidationError, source: str) -> str:
     """One line per problem: `source: field.path: message (found: value)`."""
     lines = []
@@ -34,6 +43,10 @@ def describe_validation_error(error: ValidationError, source: str) -> str:
             message = "required field is missing"
         else:
             message = item["msg"].removeprefix("Value error, ")
-        found = "" if kind in ("extra_forbidden", "missing") else f" (found: {_short(item.get('input'))})"
+        found = (
+            ""
+            if kind in ("extra_forbidden", "missing")
+            else f" (found: {redact_credentials(_short(item.get('input')))})"
+        )
         lines.append(f"{source}: {_location(loc)}: {message}{found}")
     return "\n".join(lines)

@@ -495,3 +495,15 @@ def test_validate_reports_every_bad_spec(kaliper: CliRunner, tmp_path: Path) -> 
     assert result.stdout.splitlines() == ["ok: good.yaml: 2 trial(s) × 1 repetition(s), PyTorchJob"]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert [e.split(":")[1].strip() for e in errors] == ["bad1.yaml", "bad2.yaml"]
+
+
+def test_credentials_in_a_storage_url_are_never_echoed(tmp_path: Path) -> None:
+    text = "name: x\nworkload: {name: pi-matmul}\nstorage: s3://AKIAEXAMPLE:s3cr3t@bucket/p\n"
+    from kaliper.errors import SpecError
+    from kaliper.spec import spec_from_text
+
+    with pytest.raises(SpecError) as caught:
+        spec_from_text(text, "s.yaml", tmp_path)
+    message = str(caught.value)
+    assert "s3cr3t" not in message and "AKIAEXAMPLE" not in message
+    assert "s3://***@bucket/p" in message

@@ -225,7 +225,18 @@ def test_concurrent_writers_exactly_one_wins(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["file://rel", "file://./kaliper-results", "file:///abs/path", "file://~/results"]
+    "url",
+    [
+        "file://rel",
+        "file://./kaliper-results",
+        "file:///abs/path",
+        "file://~/results",
+        "s3://bucket",
+        "s3://bucket/",
+        "s3://my.bucket-01/some/prefix",
+        "s3://abc/p/",
+        "s3://" + "b" * 63 + "/x",
+    ],
 )
 def test_check_storage_url_accepts_file_urls(url: str) -> None:
     assert check_storage_url(url) == url
@@ -234,7 +245,19 @@ def test_check_storage_url_accepts_file_urls(url: str) -> None:
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("s3://bucket/prefix", "s3:// backend is not part of this Kaliper version"),
+        ("s3://", "names no bucket"),
+        ("s3:///prefix", "names no bucket"),
+        ("s3://Upper-Case/x", "not a valid bucket name"),
+        ("s3://ab", "not a valid bucket name"),
+        ("s3://" + "b" * 64, "not a valid bucket name"),
+        ("s3://-bucket", "not a valid bucket name"),
+        ("s3://my_bucket", "not a valid bucket name"),
+        ("s3://a..b", "not a valid bucket name"),
+        ("s3://bucket:9000/x", "not a valid bucket name"),
+        ("s3://key:secret@bucket/x", "carries credentials"),
+        ("s3://bucket/a/../b", "'..' segment"),
+        ("s3://bucket/a//b", "empty"),
+        ("s3://bucket/a?b", "may not contain"),
         ("ftp://host/path", "unknown scheme 'ftp://'"),
         ("gs://bucket", "unknown scheme"),
         ("plain", "has no scheme"),
@@ -263,7 +286,10 @@ def test_open_storage_relative_and_absolute(tmp_path: Path, monkeypatch: pytest.
     ).is_file()
     assert absolute.url == f"file://{tmp_path}/other"
     with pytest.raises(StorageURLError):
-        open_storage("s3://bucket")
+        open_storage("s3://Not_A_Bucket")
+    s3 = open_storage("s3://bucket/some/prefix/")  # contacts nothing until used
+    assert s3.url == "s3://bucket/some/prefix/"
+    assert s3.location("x.json") == "s3://bucket/some/prefix/x.json"
 
 
 def test_layout_keys_are_valid_storage_keys(store: FileStorage) -> None:

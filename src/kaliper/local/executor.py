@@ -39,6 +39,11 @@ from kaliper.local.operator_env import (
 _LABEL_PATH = re.compile(r"^metadata\.labels\['([^']+)'\]$")
 
 
+# Settings of this machine, not of a run: they reach the replicas (the run's own KALIPER_* come from the
+# manifest only, so a stale KALIPER_EXPERIMENT in the shell never leaks into a record).
+HOST_SETTINGS = ("KALIPER_S3_ENDPOINT", "KALIPER_STORAGE_RETR", "KALIPER_PUSHGATEWAY")
+
+
 @dataclass
 class ReplicaProcess:
     replica_type: str
@@ -251,7 +256,9 @@ class LocalExecutor:
             **operator_labels(kind, manifest["metadata"]["name"], proc.replica_type, proc.index),
         }
         container = _pick_container(kind, proc.replica_type, pod_spec)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KALIPER_")}
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith("KALIPER_") or k.startswith(HOST_SETTINGS)
+        }
         env.update(container_env(container, proc.pod, job.namespace, pod_labels))
         env.update(injected_env(manifest, job.counts, proc.key, container.get("name", ""), job.ports))
         argv = container_argv(container)

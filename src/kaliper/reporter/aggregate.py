@@ -15,9 +15,11 @@ import numpy as np
 from kaliper.configurator import read_experiment, read_trial
 from kaliper.configurator.jobs import primary_replica
 from kaliper.documents import LAUNCH_SCHEMA, ExperimentDoc, LaunchDoc, TrialDoc, load_versioned
+from kaliper.errors import InputError
 from kaliper.results.record import ResultRecord, load_record
 from kaliper.statistics import hierarchical_bootstrap_median
 from kaliper.storage import Storage, layout
+from kaliper.workloads.runtime import RESULT_LINE_PREFIX
 
 MEASURED = ("ok", "not_converged")
 
@@ -30,6 +32,9 @@ class RunResult:
     launch: LaunchDoc | None
     primary: ResultRecord | None
     records: list[ResultRecord] = field(default_factory=list)
+    # Replica ("master-0") → where its record was recovered from, for records that could not be stored
+    # and were taken from the `KALIPER_RESULT` line of the replica's captured stdout instead.
+    recovered: dict[str, str] = field(default_factory=dict)
 
     @property
     def measured(self) -> bool:
@@ -82,6 +87,41 @@ class ExperimentResult:
         return [rec for _t, r in self.all_runs() for rec in r.records]
 
 
+def _recover_from_logs(
+    storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys: set[str]
+) -> dict[str, tuple[ResultRecord, str]]:
+    """Records a replica printed as `KALIPER_RESULT {json}` because it could not store them.
+
+    Only for replicas with a captured stdout log (the local executor stores them) and no stored record;
+    the last such line wins, and a line that is not a readable record of this very run is ignored.
+    """
+    prefix = layout.run_prefix(exp, trial.id, repetition) + "/"
+    suffix = ".stdout.log"
+    found: dict[str, tuple[ResultRecord, str]] = {}
+    for key in sorted(keys):
+        if not (key.startswith(prefix + "logs/") and key.endswith(suffix)):
+            continue
+        replica = key[len(prefix + "logs/") : -len(suffix)]
+        if "/" in replica or f"{prefix}{replica}.json" in keys:
+            continue
+        lines = storage.get(key).decode(errors="replace").splitlines()
+        payloads = [line[len(RESULT_LINE_PREFIX) :] for line in lines if line.startswith(RESULT_LINE_PREFIX)]
+        if not payloads:
+            continue
+        where = storage.location(key)
+        try:
+            record = load_record(payloads[-1], f"{where} ({RESULT_LINE_PREFIX.strip()} line)")
+        except InputError:
+            continue
+        ids = record.ids
+        if (ids.experiment, ids.trial, ids.repetition) != (exp, trial.id, repetition) or (
+            f"{ids.replica_type.lower()}-{ids.replica_index}" != replica
+        ):
+            continue
+        found[replica] = (record, where)
+    return found
+
+
 def _load_run(storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys: set[str]) -> RunResult:
     launch = None
     launch_key = layout.launch_key(exp, trial.id, repetition)
@@ -96,6 +136,8 @@ def _load_run(storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys
         if k.startswith(prefix) and "/" not in k[len(prefix) :] and k.endswith(".json") and k != launch_key
     )
     records = [load_record(storage.get(k), storage.location(k)) for k in record_keys]
+    recovered = _recover_from_logs(storage, exp, trial, repetition, keys)
+    records += [record for record, _where in recovered.values()]
     rtype, index = primary_replica(trial.job.kind, trial.job.replicas)
     primary = next(
         (r for r in records if r.ids.replica_type.lower() == rtype.lower() and r.ids.replica_index == index),
@@ -103,7 +145,17 @@ def _load_run(storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys
     )
     status: str
     error: str | None
-    if launch is not None and launch.status == "failed":
+    primary_name = f"{rtype.lower()}-{index}"
+    if primary is not None and primary_name in recovered and primary.status in MEASURED:
+        # It measured, then could not store its record (which is why the job failed, if it did).
+        status = primary.status
+        error = (
+            f"record recovered from the {RESULT_LINE_PREFIX.strip()} line of {recovered[primary_name][1]}: "
+            f"{primary_name} could not store it"
+        )
+        if launch is not None and launch.status == "failed":
+            error += f" ({launch.reason}: {launch.message})"
+    elif launch is not None and launch.status == "failed":
         status = "timeout" if launch.reason == "DeadlineExceeded" else "failed"
         error = f"{launch.reason}: {launch.message}"
         if primary is not None and primary.error and primary.recorded_by == "workload":
@@ -117,7 +169,8 @@ def _load_run(storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys
             "missing",
             "no launch record and no result record (the run never happened or was interrupted)",
         )
-    return RunResult(repetition, status, error, launch, primary, records)
+    where = {replica: location for replica, (_record, location) in recovered.items()}
+    return RunResult(repetition, status, error, launch, primary, records, where)
 
 
 def _trial_metrics(runs: list[RunResult]) -> dict[str, TrialMetric]:

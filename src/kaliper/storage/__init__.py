@@ -1,4 +1,4 @@
-"""Storage behind one small interface, chosen by URL (`file://PATH`; `s3://` arrives with the S3 backend)."""
+"""Storage behind one small interface, chosen by URL: `file://PATH` or `s3://BUCKET[/PREFIX]`."""
 
 from __future__ import annotations
 
@@ -10,22 +10,24 @@ from kaliper.storage.base import Storage, dump_json
 from kaliper.storage.file import FileStorage
 
 DEFAULT_STORAGE_URL = "file://./kaliper-results"
-SUPPORTED_SCHEMES = ("file://",)
+SUPPORTED_SCHEMES = ("file://", "s3://")
+EXPECTED = "file://PATH or s3://BUCKET[/PREFIX]"
 
 
 def check_storage_url(url: str) -> str:
     """The URL unchanged if Kaliper can use it; StorageURLError saying what is accepted otherwise."""
     if not isinstance(url, str) or "://" not in url:
         raise StorageURLError(
-            f"storage URL {url!r} has no scheme; expected file://PATH (e.g. file://./kaliper-results)"
+            f"storage URL {url!r} has no scheme; expected {EXPECTED} (e.g. file://./kaliper-results)"
         )
     scheme = url.split("://", 1)[0] + "://"
     if scheme not in SUPPORTED_SCHEMES:
-        if scheme == "s3://":
-            raise StorageURLError(
-                f"storage URL {url!r}: the s3:// backend is not part of this Kaliper version; use file://PATH"
-            )
-        raise StorageURLError(f"storage URL {url!r}: unknown scheme {scheme!r}; expected file://PATH")
+        raise StorageURLError(f"storage URL {url!r}: unknown scheme {scheme!r}; expected {EXPECTED}")
+    if scheme == "s3://":
+        from kaliper.storage.s3 import parse_s3_url  # minio is imported only when S3 is used
+
+        parse_s3_url(url)
+        return url
     path = url[len("file://") :]
     if not path:
         raise StorageURLError(f"storage URL {url!r} names no path; expected file://PATH")
@@ -35,8 +37,16 @@ def check_storage_url(url: str) -> str:
 
 
 def open_storage(url: str) -> Storage:
-    """The storage a URL names. Relative file:// paths are relative to the current directory."""
+    """The storage a URL names. Relative file:// paths are relative to the current directory.
+
+    Opening contacts nothing; an s3:// storage connects (endpoint and credentials from the
+    environment) on first use.
+    """
     check_storage_url(url)
+    if url.startswith("s3://"):
+        from kaliper.storage.s3 import S3Storage
+
+        return S3Storage(url)
     return FileStorage(Path(url[len("file://") :]).expanduser().absolute(), url)
 
 

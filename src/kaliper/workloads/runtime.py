@@ -18,6 +18,7 @@ import numpy as np
 
 from kaliper import __version__
 from kaliper.errors import KaliperError, StorageError
+from kaliper.monitoring.push import start_live_push
 from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import (
     Metric,
@@ -33,7 +34,7 @@ from kaliper.statistics import median_ci, relative_ci_width
 from kaliper.storage import layout, open_storage
 from kaliper.workloads.catalog import get_workload
 from kaliper.workloads.measurement import Measurement, MetricDef
-from kaliper.workloads.sampling import SamplingRule
+from kaliper.workloads.sampling import SamplingRule, observe_samples
 
 CANONICAL_REPLICA = {t.lower(): t for t in ("Master", "Worker", "Chief", "PS", "Evaluator")}
 RESULT_LINE_PREFIX = "KALIPER_RESULT "
@@ -192,18 +193,26 @@ def run_workload(name: str, framework: str, raw_params: dict[str, str], rule: Sa
     identity = RunIdentity.from_env()
     started = datetime.now(UTC)
     params: dict[str, Any] = dict(raw_params)
+    replica = f"{identity.replica_type.lower()}-{identity.replica_index}"
+    pusher = start_live_push(identity.experiment, identity.trial, identity.repetition, replica)
     try:
         params = definition.params.resolve(raw_params, name, "--param")
         implementation = definition.implementation(framework)
-        measurement = implementation(params, rule)
+        with observe_samples(pusher.on_sample):
+            measurement = implementation(params, rule)
         record = build_record(identity, name, framework, params, rule, measurement)
     except Exception as exc:  # every failure becomes a record; the traceback goes to the log
         traceback.print_exc(file=sys.stderr)
         message = f"{type(exc).__name__}: {exc}"
         record = failure_record(identity, name, framework, params, "failed", message, started)
+        pusher.finish("failed")
         where = store_record(record, identity.storage)
         print(f"kaliper workload {name}: failed ({message}); record: {where}", file=sys.stderr)
         return 1
+    first = next(iter(record.metrics.items()), None)
+    pusher.finish(
+        record.status, None if first is None else (first[0], first[1].unit, first[1].summary.median)
+    )
     where = store_record(record, identity.storage)
     headline = "".join(f"median {m.summary.median:.4g} {m.unit}, " for m in list(record.metrics.values())[:1])
     count = len(record.samples.timed) if record.samples else 0

@@ -9,7 +9,8 @@ on two consecutive checks (peeking after every chunk would make a single check o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -18,6 +19,21 @@ from kaliper.statistics import relative_ci_width
 # Decisions after each timed sample; processes that must stop together (DDP ranks, MultiWorkerMirrored
 # workers) exchange them through `agree` and all follow the leader's.
 CONTINUE, CONVERGED, MAX_TIME = 0, 1, 2
+
+# Called after each timed sample, outside the timed span, with (timed samples done, last duration in ns);
+# live monitoring (kaliper.monitoring.push) registers one. Observers must be cheap and must not raise.
+SampleObserver = Callable[[int, int], None]
+_observers: list[SampleObserver] = []
+
+
+@contextmanager
+def observe_samples(observer: SampleObserver) -> Iterator[None]:
+    """Call `observer` after every timed sample that `collect` takes inside this block."""
+    _observers.append(observer)
+    try:
+        yield
+    finally:
+        _observers.remove(observer)
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,8 @@ def collect(
     while len(timed) < rule.max_samples:
         timed.append(measure())
         n = len(timed)
+        for observer in _observers:
+            observer(n, timed[-1])
         decision = CONTINUE
         if n >= rule.min_samples and (n - rule.min_samples) % rule.chunk == 0:
             width = relative_ci_width(timed, rule.confidence)

@@ -1,0 +1,1 @@
+"""Live metrics to a Pushgateway while a replica runs; Prometheus queries for a run's window afterwards."""

@@ -1,0 +1,253 @@
+"""After a run: ask Prometheus what it saw during the run's exact window, as a record's `resources` block.
+
+Two scopes:
+
+- `cluster`: cAdvisor/kubelet container metrics and DCGM GPU metrics of the run's pods. cAdvisor series
+  carry `namespace`/`pod` but not pod labels, so each query joins with kube-state-metrics'
+  `kube_pod_labels` on the pod labels `kaliper.dev/experiment`, `kaliper.dev/trial` and
+  `kaliper.dev/repetition` (kube-state-metrics must be started with
+  `--metric-labels-allowlist=pods=[kaliper.dev/experiment,kaliper.dev/trial,kaliper.dev/repetition]`,
+  which kube-prometheus-stack sets through `kube-state-metrics.metricLabelsAllowlist`).
+- `local`: the live metrics the replicas pushed to the Pushgateway (`kaliper.monitoring.push`), scraped
+  with `honor_labels: true` so they keep their experiment/trial/repetition labels.
+
+Every figure is a range query over [start, end] summarised as mean and max over time, and carries the
+PromQL it came from. All PromQL lives in `QUERIES` (templates) so that the tests can check each with `promtool`.
+Nothing here raises: when Prometheus is unreachable the block says `available: false` and why, and a
+query that fails or finds no series is listed under `missing` with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from kaliper.results.record import ResultRecord
+
+ENV_URL = "KALIPER_PROMETHEUS"
+Scope = Literal["cluster", "local"]
+
+# The run's pods (value 1, one series per pod); $POD_SEL selects on kube_pod_labels' label_* names.
+PODS = "max by (namespace, pod) (kube_pod_labels{$POD_SEL})"
+_JOIN = " * on (namespace, pod) group_left () " + PODS
+_CONTAINERS = 'container!="", container!="POD"'
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    scope: Scope
+    unit: str
+    template: str
+    """PromQL with placeholders $POD_SEL (cluster: kube_pod_labels matchers), $SEL (local: matchers on
+    the pushed metrics) and $RATE (the range of rate()/increase()). `by`, when set, names the label that
+    splits the result into one figure per value."""
+    by: str | None = None
+
+    def render(self, pod_sel: str = "", sel: str = "", rate: str = "1m") -> str:
+        return self.template.replace("$RATE", rate).replace("$POD_SEL", pod_sel).replace("$SEL", sel)
+
+
+def _cadvisor(expr: str) -> str:
+    return f"sum({expr}{_JOIN})"
+
+
+QUERIES: tuple[Query, ...] = (
+    Query(
+        "cpu_cores",
+        "cluster",
+        "cores",
+        _cadvisor("rate(container_cpu_usage_seconds_total{" + _CONTAINERS + "}[$RATE])"),
+    ),
+    Query(
+        "cpu_throttling_ratio",
+        "cluster",
+        "ratio",
+        _cadvisor("increase(container_cpu_cfs_throttled_periods_total{" + _CONTAINERS + "}[$RATE])")
+        + " / "
+        + _cadvisor("increase(container_cpu_cfs_periods_total{" + _CONTAINERS + "}[$RATE])"),
+    ),
+    Query(
+        "memory_working_set_bytes",
+        "cluster",
+        "bytes",
+        _cadvisor("container_memory_working_set_bytes{" + _CONTAINERS + "}"),
+    ),
+    # Network counters are per pod (the sandbox), not per container: no container matcher.
+    Query(
+        "network_receive_bytes_per_second",
+        "cluster",
+        "bytes/s",
+        _cadvisor("rate(container_network_receive_bytes_total[$RATE])"),
+    ),
+    Query(
+        "network_transmit_bytes_per_second",
+        "cluster",
+        "bytes/s",
+        _cadvisor("rate(container_network_transmit_bytes_total[$RATE])"),
+    ),
+    Query(
+        "disk_read_bytes_per_second",
+        "cluster",
+        "bytes/s",
+        _cadvisor("rate(container_fs_reads_bytes_total{" + _CONTAINERS + "}[$RATE])"),
+    ),
+    Query(
+        "disk_write_bytes_per_second",
+        "cluster",
+        "bytes/s",
+        _cadvisor("rate(container_fs_writes_bytes_total{" + _CONTAINERS + "}[$RATE])"),
+    ),
+    # DCGM exporter series carry namespace/pod of the pod using the GPU (Kubernetes mapping enabled).
+    Query("gpu_utilization_percent", "cluster", "percent", f"avg(DCGM_FI_DEV_GPU_UTIL{_JOIN})"),
+    # DCGM reports framebuffer memory in MiB.
+    Query("gpu_memory_used_bytes", "cluster", "bytes", _cadvisor("DCGM_FI_DEV_FB_USED") + " * 1048576"),
+    Query("gpu_power_watts", "cluster", "W", _cadvisor("DCGM_FI_DEV_POWER_USAGE")),
+    Query("samples_total", "local", "samples", 'sum(kaliper_samples_total{job="kaliper", $SEL})'),
+    Query("last_sample_seconds", "local", "s", 'max(kaliper_last_sample_seconds{job="kaliper", $SEL})'),
+    Query(
+        "throughput",
+        "local",
+        "per metric",
+        'sum by (metric, unit) (kaliper_throughput{job="kaliper", $SEL})',
+        by="metric",
+    ),
+    Query("replicas", "local", "replicas", 'count(kaliper_run_start_timestamp_seconds{job="kaliper", $SEL})'),
+)
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def pod_selector(experiment: str, trial: str, repetition: int, namespace: str | None = None) -> str:
+    """kube_pod_labels matchers for one run (label names as kube-state-metrics sanitises them)."""
+    parts = [
+        f"label_kaliper_dev_experiment={_quote(experiment)}",
+        f"label_kaliper_dev_trial={_quote(trial)}",
+        f"label_kaliper_dev_repetition={_quote(str(repetition))}",
+    ]
+    if namespace:
+        parts.insert(0, f"namespace={_quote(namespace)}")
+    return ", ".join(parts)
+
+
+def pushed_selector(experiment: str, trial: str, repetition: int) -> str:
+    """Matchers for the metrics one run's replicas pushed (their grouping key)."""
+    return f"experiment={_quote(experiment)}, trial={_quote(trial)}, repetition={_quote(str(repetition))}"
+
+
+def _step_seconds(start: datetime, end: datetime, points: int = 250) -> int:
+    return max(1, math.ceil((end - start).total_seconds() / points))
+
+
+def _summarise(values: list[float]) -> dict[str, float] | None:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return None
+    return {"mean": sum(finite) / len(finite), "max": max(finite), "points": len(finite)}
+
+
+def _unavailable(reason: str, url: str | None, scope: Scope) -> dict[str, Any]:
+    return {"available": False, "source": "prometheus", "scope": scope, "url": url, "reason": reason}
+
+
+def query_resources(
+    start: datetime,
+    end: datetime,
+    *,
+    experiment: str,
+    trial: str,
+    repetition: int,
+    scope: Scope = "cluster",
+    url: str | None = None,
+    namespace: str | None = None,
+    rate: str = "1m",
+    timeout_s: float = 10.0,
+) -> dict[str, Any]:
+    """The `resources` block for one run (all replicas of one repetition) over [start, end].
+
+    `url` defaults to `KALIPER_PROMETHEUS`. Never raises: an unreachable Prometheus gives
+    `{"available": False, "reason": ...}`; a failed or empty query lands in `missing`.
+    """
+    url = url or os.environ.get(ENV_URL) or None
+    if not url:
+        return _unavailable(f"no Prometheus configured ({ENV_URL} unset)", None, scope)
+    try:
+        from prometheus_api_client import PrometheusConnect
+        from urllib3.util.retry import Retry
+
+        # Few, short retries: a Prometheus that is down must not hold the report up for long.
+        retry = Retry(total=2, backoff_factor=0.2, status_forcelist=(502, 503, 504))
+        client = PrometheusConnect(
+            url=url, disable_ssl=not url.startswith("https"), retry=retry, timeout=timeout_s
+        )
+        if not client.check_prometheus_connection():
+            return _unavailable(f"Prometheus at {url} did not answer", url, scope)
+    except Exception as exc:  # the report must be written without resources
+        return _unavailable(f"Prometheus at {url} unreachable: {type(exc).__name__}: {exc}", url, scope)
+    step = _step_seconds(start, end)
+    pod_sel = pod_selector(experiment, trial, repetition, namespace)
+    sel = pushed_selector(experiment, trial, repetition)
+    figures: dict[str, dict[str, Any]] = {}
+    missing: dict[str, str] = {}
+    for query in QUERIES:
+        if query.scope != scope:
+            continue
+        promql = query.render(pod_sel=pod_sel, sel=sel, rate=rate)
+        try:
+            result = client.custom_query_range(promql, start_time=start, end_time=end, step=f"{step}s")
+        except Exception as exc:  # one failing query must not hide the others
+            missing[query.name] = f"query failed: {type(exc).__name__}: {exc}"
+            continue
+        found = False
+        for series in result:
+            values = [float(v) for _, v in series.get("values", [])]
+            summary = _summarise(values)
+            if summary is None:
+                continue
+            labels = series.get("metric", {})
+            key = query.name if query.by is None else f"{query.name}:{labels.get(query.by, '')}"
+            unit = labels.get("unit", query.unit) if query.by else query.unit
+            figures[key] = {**summary, "unit": unit, "promql": promql}
+            found = True
+        if not found:
+            missing[query.name] = "no data in the window"
+    block: dict[str, Any] = {
+        "available": bool(figures),
+        "source": "prometheus",
+        "scope": scope,
+        "url": url,
+        "window": {"start": start.isoformat(), "end": end.isoformat(), "step_s": step},
+        "figures": figures,
+        "missing": missing,
+    }
+    if not figures:
+        block["reason"] = "no query returned data for the run's window"
+    return block
+
+
+def resources_for_record(
+    record: ResultRecord,
+    *,
+    scope: Scope = "cluster",
+    url: str | None = None,
+    namespace: str | None = None,
+    rate: str = "1m",
+) -> dict[str, Any]:
+    """`query_resources` over the record's own window (timestamps.started to timestamps.finished)."""
+    ids = record.ids
+    return query_resources(
+        record.timestamps.started,
+        record.timestamps.finished,
+        experiment=ids.experiment,
+        trial=ids.trial,
+        repetition=ids.repetition,
+        scope=scope,
+        url=url,
+        namespace=namespace,
+        rate=rate,
+    )

@@ -1,0 +1,280 @@
+"""kaliper.monitoring against a real Pushgateway and Prometheus (Debian packages, started per module).
+
+Live push from a real `kaliper workload` subprocess, Prometheus scraping it, the query module reading the
+run's window back; the group deleted at the end; Prometheus stopped → `available: false`; every PromQL
+through `promtool check rules`; metric and label names by Prometheus conventions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kaliper.monitoring import prometheus as promq
+from kaliper.monitoring.push import GROUPING_LABELS, METRIC_NAMES, LivePusher, Pusher, start_live_push
+from kaliper.monitoring.sampler import LocalSampler
+from kaliper.results.record import load_record
+from kaliper.storage import layout
+from kaliper.workloads.sampling import SamplingRule, collect, observe_samples
+from prom_services import Prometheus, Pushgateway, find_binary, free_port
+
+pytestmark = pytest.mark.timeout(120)
+KEY = {"experiment": "mon-exp", "trial": "t-000", "repetition": "0", "replica": "master-0"}
+
+
+@pytest.fixture(scope="module")
+def pushgateway() -> Iterator[Pushgateway]:
+    server = Pushgateway()
+    server.start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="module")
+def prometheus(pushgateway: Pushgateway) -> Iterator[Prometheus]:
+    server = Prometheus(pushgateway)
+    server.start()
+    yield server
+    server.cleanup()
+
+
+def group_lines(gateway: Pushgateway, experiment: str) -> list[str]:
+    return [
+        line
+        for line in gateway.metrics_text().splitlines()
+        if line.startswith("kaliper_") and f'experiment="{experiment}"' in line
+    ]
+
+
+def group_gone(gateway: Pushgateway, experiment: str, timeout_s: float = 5.0) -> bool:
+    """The Pushgateway applies DELETE asynchronously (202 Accepted): poll until the group is gone."""
+    deadline = time.monotonic() + timeout_s
+    while group_lines(gateway, experiment):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_pusher_pushes_during_sampling_and_deletes_its_group(pushgateway: Pushgateway) -> None:
+    key = {**KEY, "experiment": "mon-unit"}
+    pusher = LivePusher(pushgateway.url, key, interval_s=0.1, grace_s=0.0)
+    seen: list[str] = []
+
+    def measure() -> int:
+        time.sleep(0.01)
+        if not seen:
+            seen.extend(group_lines(pushgateway, "mon-unit"))  # outside the timed span in real workloads
+        return 10_000_000
+
+    rule = SamplingRule(warmup=1, target_rel_ci=0.0, min_samples=30, max_samples=30, max_time_s=10)
+    with observe_samples(pusher.on_sample):
+        samples = collect(measure, rule)
+    assert len(samples.timed_ns) == 30
+    time.sleep(0.3)  # one more push interval
+    lines = group_lines(pushgateway, "mon-unit")
+    assert any(line.startswith("kaliper_samples_total{") and line.endswith(" 30") for line in lines), lines
+    assert any("kaliper_run_status{" in line and 'status="running"' in line for line in lines), lines
+    assert any('metric="samples_per_second"' in line for line in lines), lines
+    pusher.finish("ok", ("gflops", "GFLOP/s", 12.5))
+    assert pusher.failures == 0 and pusher.pushes >= 2
+    assert group_gone(pushgateway, "mon-unit")
+
+
+def test_pusher_keep_leaves_final_status(pushgateway: Pushgateway) -> None:
+    key = {**KEY, "experiment": "mon-keep"}
+    pusher = LivePusher(pushgateway.url, key, interval_s=0.1, grace_s=0.0, keep=True)
+    pusher.on_sample(1, 5_000_000)
+    pusher.finish("not_converged", ("gflops", "GFLOP/s", 3.0))
+    lines = group_lines(pushgateway, "mon-keep")
+    assert any('status="not_converged"' in line for line in lines), lines
+    assert not any('status="running"' in line for line in lines), lines
+    assert any('metric="gflops"' in line and 'unit="GFLOP/s"' in line for line in lines), lines
+    request = urllib.request.Request(
+        f"{pushgateway.url}/metrics/job/kaliper/experiment/mon-keep/trial/t-000/repetition/0/replica/master-0",
+        method="DELETE",
+    )
+    urllib.request.urlopen(request, timeout=5).close()
+    assert group_gone(pushgateway, "mon-keep")
+
+
+def test_unreachable_gateway_never_slows_or_breaks_sampling(caplog: pytest.LogCaptureFixture) -> None:
+    pusher = LivePusher(f"http://127.0.0.1:{free_port()}", KEY, interval_s=0.05, grace_s=5.0)
+    with caplog.at_level(logging.WARNING, logger="kaliper.monitoring.push"):
+        began = time.perf_counter()
+        for n in range(1, 1001):
+            pusher.on_sample(n, 1_000_000)
+        per_call = (time.perf_counter() - began) / 1000
+        time.sleep(0.3)
+        began = time.perf_counter()
+        pusher.finish("ok")
+        finish_s = time.perf_counter() - began
+    assert per_call < 1e-3
+    assert finish_s < 3.0  # no grace wait when the gateway never answered
+    assert pusher.failures >= 2 and pusher.pushes == 0
+    assert len([r for r in caplog.records if "could not push" in r.getMessage()]) == 1
+
+
+def test_no_gateway_configured_gives_the_do_nothing_pusher(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KALIPER_PUSHGATEWAY", raising=False)
+    pusher = start_live_push("e", "t", 0, "master-0")
+    assert type(pusher) is Pusher
+    pusher.on_sample(1, 1)
+    pusher.finish("ok")
+
+
+def test_workload_pushes_live_and_prometheus_returns_the_window(
+    pushgateway: Pushgateway, prometheus: Prometheus, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    env = {
+        **os.environ,
+        "KALIPER_PUSHGATEWAY": pushgateway.url,
+        "KALIPER_PUSHGATEWAY_INTERVAL_S": "0.5",
+        "KALIPER_PUSHGATEWAY_GRACE_S": "1.5",
+        "KALIPER_EXPERIMENT": "mon-e2e",
+        "KALIPER_TRIAL": "t-001",
+        "KALIPER_REPETITION": "2",
+        "KALIPER_STORAGE": f"file://{tmp_path / 'results'}",
+    }
+    command = [
+        sys.executable, "-m", "kaliper", "workload", "pi-matmul", "--param", "matrix_size=64",
+        "--param", "threads=1", "--warmup", "1", "--target-rel-ci", "0", "--min-samples", "5",
+        "--max-samples", "1000000", "--max-time", "5",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    live: list[str] = []
+    deadline = time.monotonic() + 60
+    while process.poll() is None and time.monotonic() < deadline:
+        lines = group_lines(pushgateway, "mon-e2e")
+        if any(line.startswith("kaliper_samples_total{") and not line.endswith(" 0") for line in lines):
+            live = lines
+        time.sleep(0.2)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert live, f"no live samples seen on the Pushgateway\n{stderr}"
+    assert any('replica="master-0"' in line and 'repetition="2"' in line for line in live)
+    assert group_gone(pushgateway, "mon-e2e")  # deleted after the grace
+
+    key = layout.record_key("mon-e2e", "t-001", 2, "Master", 0)
+    record = load_record((tmp_path / "results" / key).read_bytes(), key)
+    block = promq.resources_for_record(record, scope="local", url=prometheus.url)
+    assert block["available"] is True, block
+    figures = block["figures"]
+    assert figures["samples_total"]["max"] > 0
+    assert record.samples is not None
+    assert figures["samples_total"]["max"] <= len(record.samples.timed)
+    assert figures["throughput:samples_per_second"]["mean"] > 0
+    assert figures["last_sample_seconds"]["max"] > 0
+    assert figures["replicas"]["max"] == 1
+    assert all(f["promql"] and "mon-e2e" in f["promql"] for f in figures.values())
+    assert block["window"]["start"] == record.timestamps.started.isoformat()
+
+    # The same window in cluster scope: no cAdvisor here, so every figure is missing, nothing raises.
+    cluster = promq.resources_for_record(record, scope="cluster", url=prometheus.url, rate="5s")
+    assert cluster["available"] is False
+    assert set(cluster["missing"]) == {q.name for q in promq.QUERIES if q.scope == "cluster"}
+
+
+def test_prometheus_stopped_means_unavailable_not_an_error(pushgateway: Pushgateway) -> None:
+    server = Prometheus(pushgateway)
+    server.start()
+    url = server.url
+    server.cleanup()
+    end = datetime.now(UTC)
+    began = time.perf_counter()
+    block = promq.query_resources(
+        end - timedelta(seconds=30), end, experiment="e", trial="t", repetition=0, scope="local", url=url
+    )
+    assert time.perf_counter() - began < 15
+    assert block["available"] is False
+    assert url in block["reason"] and "unreachable" in block["reason"]
+
+
+def test_no_prometheus_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(promq.ENV_URL, raising=False)
+    end = datetime.now(UTC)
+    block = promq.query_resources(end - timedelta(seconds=5), end, experiment="e", trial="t", repetition=0)
+    assert block == {
+        "available": False,
+        "source": "prometheus",
+        "scope": "cluster",
+        "url": None,
+        "reason": f"no Prometheus configured ({promq.ENV_URL} unset)",
+    }
+
+
+def test_every_promql_passes_promtool(tmp_path: Path) -> None:
+    promtool = find_binary("promtool")
+    pod_sel = promq.pod_selector('exp"quoted', "t-000", 1, namespace="kaliper")
+    sel = promq.pushed_selector("exp", "t-000", 1)
+    rules = [
+        {"record": f"kaliper:check:{q.name}", "expr": q.render(pod_sel=pod_sel, sel=sel, rate="30s")}
+        for q in promq.QUERIES
+    ]
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "kaliper", "rules": rules}]}))
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in result.stdout + result.stderr
+    # A broken expression must fail the same check (so the check is not vacuous).
+    path.write_text(yaml.safe_dump({"groups": [{"name": "x", "rules": [{"record": "a:b", "expr": "sum("}]}]}))
+    assert subprocess.run([promtool, "check", "rules", str(path)], capture_output=True).returncode != 0
+
+
+def test_metric_and_label_names_follow_prometheus_conventions() -> None:
+    pusher = LivePusher("http://127.0.0.1:1", KEY, interval_s=3600, grace_s=0)
+    pusher.on_sample(1, 1_000_000)
+    pusher._stop.set()  # no push needed; inspect the registry only
+    exposed: set[str] = set()
+    allowed_labels = {"metric", "unit", "status"}
+    for family in pusher.registry.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue  # prometheus-client's creation timestamp for counters
+            exposed.add(sample.name)
+            assert set(sample.labels) <= allowed_labels, sample
+        if family.type == "counter":
+            assert all(s.name.endswith(("_total", "_created")) for s in family.samples)
+        else:
+            assert not family.name.endswith("_total")
+    assert exposed == set(METRIC_NAMES)
+    for name in exposed:
+        assert re.fullmatch(r"kaliper_[a-z_]+", name)
+        assert not re.search(r"_(ms|milliseconds|ns|percent|kb|mb)(_|$)", name)  # base units only
+    assert set(GROUPING_LABELS) == set(KEY)
+
+
+def test_local_sampler_sees_a_busy_child_process() -> None:
+    busy = "import time\nend = time.time() + 2.5\nx = [0] * 5_000_000\nwhile time.time() < end: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        sampler = LocalSampler([child.pid], interval_s=0.25).start()
+        time.sleep(2.0)
+        block = sampler.stop()
+    finally:
+        child.wait(timeout=10)
+    assert block["available"] is True and block["source"] == "local-sampler"
+    cores = block["figures"]["cpu_cores"]
+    assert 0.5 < cores["max"] < 1.5  # one busy thread
+    assert block["figures"]["memory_rss_bytes"]["max"] > 30_000_000  # the 40 MB list
+
+
+def test_manifest_scrape_config_snippet_is_valid_prometheus_config() -> None:
+    promtool = find_binary("promtool")
+    snippet = Path(__file__).resolve().parents[2] / "manifests/monitoring/prometheus-scrape-config.yaml"
+    result = subprocess.run([promtool, "check", "config", str(snippet)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    job = yaml.safe_load(snippet.read_text())["scrape_configs"][0]
+    assert job["honor_labels"] is True

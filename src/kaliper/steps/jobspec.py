@@ -53,16 +53,21 @@ def job_name(base: str, workflow_name: str, experiment: str, trial: str, repetit
     return name
 
 
-def resolve_namespace(manifest: dict[str, Any], namespace_file: Path = SA_NAMESPACE_FILE) -> str:
-    """The manifest's namespace, else the namespace of the pod we run in, else "default"."""
-    given = manifest.get("metadata", {}).get("namespace")
-    if isinstance(given, str) and given:
-        return given
+def pod_namespace(namespace_file: Path = SA_NAMESPACE_FILE) -> str:
+    """The namespace of the pod we run in (its service account's), else "default"."""
     try:
         own = namespace_file.read_text().strip()
     except OSError:
         own = ""
     return own or DEFAULT_NAMESPACE
+
+
+def resolve_namespace(manifest: dict[str, Any], namespace_file: Path = SA_NAMESPACE_FILE) -> str:
+    """The manifest's namespace, else the namespace of the pod we run in, else "default"."""
+    given = manifest.get("metadata", {}).get("namespace")
+    if isinstance(given, str) and given:
+        return given
+    return pod_namespace(namespace_file)
 
 
 def plural_of(manifest: dict[str, Any]) -> str:

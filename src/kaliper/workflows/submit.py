@@ -10,6 +10,7 @@ from typing import Any
 
 from kaliper.errors import ClusterError
 from kaliper.spec import LoadedSpec
+from kaliper.steps.jobspec import pod_namespace
 from kaliper.workflows.argo import workflow_document
 from kaliper.workflows.plan import cluster_plan
 
@@ -31,16 +32,8 @@ def _api(context: str | None) -> tuple[Any, str]:
             raise ClusterError(
                 f"no usable kubeconfig ({exc}); set KUBECONFIG or run `kubectl config use-context NAME`"
             ) from None
-        namespace = _pod_namespace()
+        namespace = pod_namespace()
     return client.CustomObjectsApi(), namespace
-
-
-def _pod_namespace() -> str:
-    try:
-        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as handle:
-            return handle.read().strip() or "default"
-    except OSError:
-        return "default"
 
 
 def create_workflow(api: Any, namespace: str, body: dict[str, Any]) -> str:

@@ -24,10 +24,9 @@ from __future__ import annotations
 from typing import Any
 
 from kaliper.errors import WorkloadError
-from kaliper.workloads.calibration import sample_calls
 from kaliper.workloads.measurement import Measurement
 from kaliper.workloads.pi_conv2d_torch import ConvGeometry, conv_metrics
-from kaliper.workloads.pi_matmul_tf import SYNC, TF_TARGET_SAMPLE_NS, first_elements, first_line, tf_dtype
+from kaliper.workloads.pi_matmul_tf import SYNC, first_elements, first_line, sample_tf_loop, tf_dtype
 from kaliper.workloads.sampling import SamplingRule
 from kaliper.workloads.tf_support import (
     import_tensorflow,
@@ -101,14 +100,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
                 f"({g.mode}) on {device}: {first_line(exc)}"
             ) from exc
 
-        def one_sample(calls: int) -> Any:
-            calls_tensor = tf.constant(calls, dtype=tf.int32)  # built once, outside the timed span
-            # the sample ends when the device has produced every result
-            return lambda: tf_sync(loop(calls_tensor))
-
-        sampled = sample_calls(
-            run_calls, int(params["calls_per_sample"]), rule, TF_TARGET_SAMPLE_NS, one_sample=one_sample
-        )
+        sampled = sample_tf_loop(tf, loop, run_calls, int(params["calls_per_sample"]), rule)
         samples, calls, faults_per_call = sampled.samples, sampled.calls, sampled.minor_page_faults_per_call
 
     return Measurement(

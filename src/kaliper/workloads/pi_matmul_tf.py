@@ -20,10 +20,11 @@ so it runs on every iteration (time grows linearly with `calls_per_sample`; the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kaliper.errors import WorkloadError
-from kaliper.workloads.calibration import MATMUL_GFLOPS_FORMULA, rate_metrics, sample_calls
+from kaliper.workloads.calibration import MATMUL_GFLOPS_FORMULA, CallSamples, rate_metrics, sample_calls
 from kaliper.workloads.measurement import Measurement
 from kaliper.workloads.sampling import SamplingRule
 from kaliper.workloads.tf_support import (
@@ -76,14 +77,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
                 f"{first_line(exc)}"
             ) from exc
 
-        def one_sample(calls: int) -> Any:
-            calls_tensor = tf.constant(calls, dtype=tf.int32)  # built once, outside the timed span
-            # the sample ends when the device has produced the result
-            return lambda: tf_sync(loop(calls_tensor))
-
-        sampled = sample_calls(
-            run_calls, int(params["calls_per_sample"]), rule, TF_TARGET_SAMPLE_NS, one_sample=one_sample
-        )
+        sampled = sample_tf_loop(tf, loop, run_calls, int(params["calls_per_sample"]), rule)
         samples, calls, faults_per_call = sampled.samples, sampled.calls, sampled.minor_page_faults_per_call
 
     return Measurement(
@@ -102,6 +96,19 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             "minor_page_faults_per_call": faults_per_call,
         },
     )
+
+
+def sample_tf_loop(
+    tf: Any, loop: Any, run_calls: Callable[[int], None], requested_calls: int, rule: SamplingRule
+) -> CallSamples:
+    """`sample_calls` for a traced `loop(calls_tensor)`: the count tensor is built once, outside the
+    timed span, and a sample ends when the device has produced every result."""
+
+    def one_sample(calls: int) -> Any:
+        calls_tensor = tf.constant(calls, dtype=tf.int32)
+        return lambda: tf_sync(loop(calls_tensor))
+
+    return sample_calls(run_calls, requested_calls, rule, TF_TARGET_SAMPLE_NS, one_sample=one_sample)
 
 
 def tf_dtype(tf: Any, name: str) -> Any:

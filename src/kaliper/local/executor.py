@@ -95,6 +95,23 @@ class _Job:
     net: PrivateNetwork | None = None
 
 
+def clean_pod_policy(manifest: dict[str, Any]) -> str:
+    """runPolicy.cleanPodPolicy, "None" when absent (the training operator v1.9 default)."""
+    policy = manifest.get("spec", {}).get("runPolicy", {}).get("cleanPodPolicy")
+    return policy if isinstance(policy, str) and policy else "None"
+
+
+def _poll_exits(procs: list[ReplicaProcess]) -> None:
+    """Record the exit of every replica process that has ended since the last look."""
+    for proc in procs:
+        if proc.process is not None and proc.exit_code is None:
+            code = proc.process.poll()
+            if code is not None:
+                proc.exit_code = code
+                proc.finished = datetime.now(UTC)
+                proc.reason = "Completed" if code == 0 else "Error"
+
+
 def container_argv(container: dict[str, Any]) -> list[str]:
     """Kubernetes semantics (command replaces the entrypoint, args follow), mapped to this interpreter.
 
@@ -221,13 +238,7 @@ class LocalExecutor:
                 self._start(proc, job)
             running = datetime.now(UTC)
             while condition is None:
-                for proc in procs:
-                    if proc.process is not None and proc.exit_code is None:
-                        code = proc.process.poll()
-                        if code is not None:
-                            proc.exit_code = code
-                            proc.finished = datetime.now(UTC)
-                            proc.reason = "Completed" if code == 0 else "Error"
+                _poll_exits(procs)
                 exits = {p.key: p.exit_code for p in procs}
                 policy = job.manifest["spec"].get("successPolicy", "")
                 condition = job_condition(kind, name, job.counts, exits, policy)
@@ -241,6 +252,15 @@ class LocalExecutor:
                     )
                 if condition is None:
                     time.sleep(self.poll_interval)
+            if condition.type == "Succeeded" and clean_pod_policy(job.manifest) == "None":
+                # The operator leaves a succeeded job's running pods alone under cleanPodPolicy None (the
+                # v1.9 default): they finish by themselves (e.g. a DDP worker storing its record), within
+                # the deadline; only what outlives it is stopped below.
+                while any(p.process is not None and p.exit_code is None for p in procs) and not (
+                    job.deadline_s is not None and time.monotonic() - start >= job.deadline_s
+                ):
+                    time.sleep(self.poll_interval)
+                    _poll_exits(procs)
         finally:
             stop_reason = (
                 "DeadlineExceeded" if condition and condition.reason == "DeadlineExceeded" else "Stopped"

@@ -1,6 +1,8 @@
-"""The local executor honours runPolicy.cleanPodPolicy after a job succeeds, as training operator v1.9 does:
-`None` (the default, and Kaliper's PyTorchJob template) leaves the other replicas running to finish by
-themselves; `Running` stops them (Kaliper's TFJob template: a PS never exits by itself)."""
+"""The local executor follows runPolicy.cleanPodPolicy after a job succeeds: under `None` (the training
+operator's default, and Kaliper's PyTorchJob template, where the operator leaves running pods alone) the
+other replicas get a grace period to finish by themselves; `Running` stops them at once (Kaliper's TFJob
+template: a PS never exits by itself). A replica that outlives the grace period is stopped either way
+(tests/integration/test_local_failures.py::test_master_and_worker_env_and_early_stop)."""
 
 from __future__ import annotations
 

@@ -254,10 +254,15 @@ class LocalExecutor:
                     time.sleep(self.poll_interval)
             if condition.type == "Succeeded" and clean_pod_policy(job.manifest) == "None":
                 # The operator leaves a succeeded job's running pods alone under cleanPodPolicy None (the
-                # v1.9 default): they finish by themselves (e.g. a DDP worker storing its record), within
-                # the deadline; only what outlives it is stopped below.
-                while any(p.process is not None and p.exit_code is None for p in procs) and not (
-                    job.deadline_s is not None and time.monotonic() - start >= job.deadline_s
+                # v1.9 default), so a replica finishing just after the primary (a DDP worker storing its
+                # record) must not be killed; the next run must not wait on a replica that never ends
+                # either: one grace period (within the deadline), then what is left is stopped below.
+                until = time.monotonic() + self.grace_period
+                if job.deadline_s is not None:
+                    until = min(until, start + job.deadline_s)
+                while (
+                    any(p.process is not None and p.exit_code is None for p in procs)
+                    and time.monotonic() < until
                 ):
                     time.sleep(self.poll_interval)
                     _poll_exits(procs)

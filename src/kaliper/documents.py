@@ -50,6 +50,10 @@ class ExperimentDoc(Document):
     sampling: dict[str, Any]
     matrix: dict[str, list[Any]]
     trials: list[str]
+    monitoring: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="the spec's monitoring URLs (prometheus, pushgateway): where the reporter looks",
+    )
 
 
 class TrialDoc(Document):

@@ -141,6 +141,7 @@ def configure(
         sampling=sampling,
         matrix=spec.matrix,
         trials=[t.doc.id for t in trials],
+        monitoring=spec.monitoring.model_dump(),
     )
     return ExperimentPlan(experiment=experiment, trials=trials, spec_text=loaded.text)
 

@@ -1,4 +1,4 @@
-"""Versioned documents Kaliper stores beside the result records: experiment, trial, launch.
+"""Versioned documents Kaliper stores beside the result records: experiment, trial, launch, resources.
 
 Like the result record (pyperf's habit), each carries a `schema` string; a loader refuses versions it
 does not know instead of guessing.
@@ -18,6 +18,7 @@ from kaliper.validation import describe_validation_error
 EXPERIMENT_SCHEMA: Final = "kaliper.experiment/v1"
 TRIAL_SCHEMA: Final = "kaliper.trial/v1"
 LAUNCH_SCHEMA: Final = "kaliper.launch/v1"
+RESOURCES_SCHEMA: Final = "kaliper.resources/v1"
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -102,6 +103,40 @@ class LaunchDoc(Document):
     replicas: list[ReplicaLaunch]
     failure: FailureInfo | None = None
     network: str | None = Field(None, description="local runs: isolated (private loopback namespace) or host")
+
+
+class ResourceFigure(Document):
+    """One resource figure over a run's window: summarised over time, with how it was obtained."""
+
+    mean: float
+    max: float
+    points: int
+    unit: str
+    promql: str | None = Field(None, description="the PromQL it came from (source prometheus)")
+    method: str | None = Field(None, description="how it was measured (source local-sampler)")
+
+
+class ResourcesDoc(Document):
+    """What a run used: CPU, memory, disk, network, GPU over its window.
+
+    Stored once per run as `runs/<repetition>/resources.json` (records are never rewritten, so resources
+    cannot go into them afterwards): by the local executor from its own sampling when no Prometheus is
+    configured, else by the first reporter pass from Prometheus. Rerunning the reporter reads it back
+    instead of querying again, so the report stays the same.
+    """
+
+    schema_: Literal["kaliper.resources/v1"] = Field(RESOURCES_SCHEMA, alias="schema")
+    experiment: str
+    trial: str
+    repetition: int
+    available: bool
+    source: Literal["prometheus", "local-sampler"]
+    scope: Literal["cluster", "local"]
+    url: str | None = None
+    window: dict[str, Any] | None = Field(None, description="start, end (ISO 8601) and step_s")
+    figures: dict[str, ResourceFigure] = Field(default_factory=dict)
+    missing: dict[str, str] = Field(default_factory=dict, description="figure → why there is none")
+    reason: str | None = Field(None, description="why nothing is available, when nothing is")
 
 
 def to_document(model: BaseModel) -> dict[str, Any]:

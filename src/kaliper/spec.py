@@ -14,7 +14,6 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -25,6 +24,12 @@ from pydantic import (
 
 from kaliper import __version__
 from kaliper.errors import ParameterError, SpecError, StorageURLError
+from kaliper.spec_services import (
+    DNS_SUBDOMAIN,
+    MonitoringSpec,
+    S3Spec,
+    StrictModel,
+)
 from kaliper.storage import DEFAULT_STORAGE_URL, check_storage_url
 from kaliper.units import QUANTITY, parse_duration
 from kaliper.validation import describe_validation_error
@@ -34,7 +39,6 @@ MAX_YAML_NODES = 100_000
 # RFC 1035 label: the training operator names a Service per replica after the job, and Service names
 # must start with a letter.
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 REPLICA_TYPES = {
     "PyTorchJob": ("Master", "Worker"),
     "TFJob": ("Chief", "Master", "PS", "Worker", "Evaluator"),
@@ -54,12 +58,6 @@ def _duration(value: Any) -> float:
 
 
 Duration = Annotated[float, BeforeValidator(_duration)]
-
-
-class StrictModel(BaseModel):
-    """Unknown keys are errors: a typo must never be silently ignored."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class WorkloadSpec(StrictModel):
@@ -249,11 +247,6 @@ class WorkflowSpec(StrictModel):
         return value
 
 
-class MonitoringSpec(StrictModel):
-    prometheus: str | None = None
-    pushgateway: str | None = None
-
-
 class BenchmarkSpec(StrictModel):
     name: str = Field(description="DNS-1123 label, at most 30 characters; experiment ids derive from it")
     description: str | None = None
@@ -265,6 +258,9 @@ class BenchmarkSpec(StrictModel):
     stacks: list[StackSpec] = Field(default_factory=list)
     storage: str = DEFAULT_STORAGE_URL
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    s3: S3Spec = Field(
+        default_factory=S3Spec, description="endpoint, region and credential Secret for s3:// storage"
+    )
     schedule: str | None = None
     workflow: WorkflowSpec = Field(default_factory=WorkflowSpec)
 

@@ -277,7 +277,7 @@ def test_parameter_server_tfjob(kaliper: CliRunner, tmp_path: Path) -> None:
     }
 
     # Only the chief records; the PS and the workers served until they were stopped.
-    assert sorted(p.name for p in run_dir.glob("*.json")) == ["chief-0.json", "launch.json"]
+    assert sorted(p.name for p in run_dir.glob("*.json")) == ["chief-0.json", "launch.json", "resources.json"]
     for replica in ("ps-0", "worker-0", "worker-1"):
         assert "serving grpc://" in (run_dir / "logs" / f"{replica}.stderr.log").read_text()
 

@@ -220,7 +220,10 @@ def test_every_promql_passes_promtool(tmp_path: Path) -> None:
     pod_sel = promq.pod_selector('exp"quoted', "t-000", 1, namespace="kaliper")
     sel = promq.pushed_selector("exp", "t-000", 1)
     rules = [
-        {"record": f"kaliper:check:{q.name}", "expr": q.render(pod_sel=pod_sel, sel=sel, rate="30s")}
+        {
+            "record": f"kaliper:check:{q.scope}_{q.name}",
+            "expr": q.render(pod_sel=pod_sel, sel=sel, rate="30s"),
+        }
         for q in promq.QUERIES
     ]
     path = tmp_path / "rules.yml"

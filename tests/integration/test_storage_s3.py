@@ -307,10 +307,7 @@ def test_kaliper_run_writes_every_object_to_the_bucket(
         # Replicas run in a private network namespace by default, which cannot reach a server on the
         # host's 127.0.0.1; share the host's network instead.
         KALIPER_LOCAL_NETWORK="host",
-        # The local executor passes no KALIPER_* variable of this environment to replicas (and the job
-        # template does not declare KALIPER_S3_ENDPOINT yet), so replicas find the endpoint through
-        # the AWS SDKs' standard variable, which S3Storage also reads.
-        AWS_ENDPOINT_URL=s3_server.endpoint,
+        # The replicas get KALIPER_S3_ENDPOINT (a setting of this machine) from the local executor.
     )
     url = f"s3://{s3_server.bucket}/bench"
     done = kaliper("run", str(spec), "--storage", url, "--json", env=env, timeout=300)

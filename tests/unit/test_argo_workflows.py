@@ -132,7 +132,7 @@ def test_shape_configure_fan_out_launch_and_report_on_exit() -> None:
     assert spec["entrypoint"] == "main" and spec["onExit"] == "report"
     assert spec["serviceAccountName"] == "kaliper"
     params = {p["name"]: p["value"] for p in spec["arguments"]["parameters"]}
-    assert params == {"spec": loaded.text, "storage": "file:///kaliper-results"}
+    assert params == {"spec": loaded.text, "storage": "s3://kaliper/nightly"}
     by_name = templates(document)
     main = by_name["main"]
     assert main["parallelism"] == 2 and main["failFast"] is False
@@ -161,12 +161,7 @@ def test_shape_configure_fan_out_launch_and_report_on_exit() -> None:
     )
     assert argv["launch"] == launch_argv(plan, ARGO, *inputs)
     assert argv["report"] == report_argv(ARGO)
-    assert by_name["launch"]["container"]["args"][-4:] == [
-        "--volume-claim",
-        "kaliper-results",
-        "--mount-path",
-        "/kaliper-results",
-    ]
+    assert "--volume-claim" not in argv["launch"]  # s3:// storage: no PVC
     # retries only where safe: launch on pod-level errors only (its job name is deterministic)
     assert by_name["launch"]["retryStrategy"]["retryPolicy"] == "OnError"
     assert by_name["configure"]["retryStrategy"]["retryPolicy"] == "Always"
@@ -177,9 +172,28 @@ def test_shape_configure_fan_out_launch_and_report_on_exit() -> None:
     for name in ("configure", "launch", "report"):
         container = by_name[name]["container"]
         assert container["image"] == "ghcr.io/kaliper-dev/kaliper:0.1.0"
-        assert container["volumeMounts"] == [{"mountPath": "/kaliper-results", "name": "kaliper-results"}]
+        assert "volumeMounts" not in container
         assert container["securityContext"]["runAsNonRoot"] is True
         assert container["resources"]["requests"]
+    assert "volumes" not in spec
+
+
+def test_file_storage_mounts_the_claim_in_every_step() -> None:
+    document = workflow_document(cluster_plan(load_spec(EXAMPLES / "quickstart.yaml")), "WorkflowTemplate")
+    spec = document["spec"]
+    assert {p["name"]: p["value"] for p in spec["arguments"]["parameters"]}[
+        "storage"
+    ] == "file:///kaliper-results"
+    by_name = templates(document)
+    assert by_name["launch"]["container"]["args"][-4:] == [
+        "--volume-claim",
+        "kaliper-results",
+        "--mount-path",
+        "/kaliper-results",
+    ]
+    for name in ("configure", "launch", "report"):
+        container = by_name[name]["container"]
+        assert container["volumeMounts"] == [{"mountPath": "/kaliper-results", "name": "kaliper-results"}]
     assert spec["volumes"] == [
         {"name": "kaliper-results", "persistentVolumeClaim": {"claimName": "kaliper-results"}}
     ]
@@ -281,3 +295,100 @@ def test_jobs_the_launch_step_creates_pass_the_trainer_crds(path: Path, schemas_
         )
         assert crd_problems(job, schemas_dir) == [], trial.doc.id
         assert len(job["metadata"]["name"]) <= 45
+
+
+# --- step pods' env: S3 settings for s3:// storage, Prometheus for the report -------------------------
+
+STEPS = ("configure", "launch", "report")
+
+
+def _secret_ref(name: str, secret: str = "kaliper-s3", optional: bool = False) -> dict[str, Any]:
+    ref: dict[str, Any] = {"key": name, "name": secret}
+    if optional:
+        ref["optional"] = True
+    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
+
+
+S3_CREDENTIAL_ENV = [
+    _secret_ref("AWS_ACCESS_KEY_ID"),
+    _secret_ref("AWS_SECRET_ACCESS_KEY"),
+    _secret_ref("AWS_SESSION_TOKEN", optional=True),
+]
+
+
+def step_envs(document: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    by_name = templates(document)
+    return {name: by_name[name]["container"].get("env", []) for name in STEPS}
+
+
+def test_s3_storage_gives_every_step_the_endpoint_and_secret_refs() -> None:
+    plan = cluster_plan(load_spec(EXAMPLES / "nightly-stacks.yaml"))
+    assert plan.storage == "s3://kaliper/nightly"
+    endpoint = {"name": "KALIPER_S3_ENDPOINT", "value": "http://minio.kaliper.svc:9000"}
+    prometheus = {"name": "KALIPER_PROMETHEUS", "value": "http://prometheus-operated.monitoring.svc:9090"}
+    for kind in ("WorkflowTemplate", "Workflow"):
+        envs = step_envs(workflow_document(plan, kind))
+        assert envs["configure"] == envs["launch"] == [endpoint, *S3_CREDENTIAL_ENV], kind
+        assert envs["report"] == [endpoint, *S3_CREDENTIAL_ENV, prometheus], kind
+        for env in envs.values():
+            assert not any("value" in e for e in env if e["name"].startswith("AWS_"))
+    # the Pushgateway is the benchmark replicas' business, not the steps'
+    assert "pushgateway" not in yaml.safe_dump(
+        workflow_document(plan, "WorkflowTemplate")["spec"]["templates"]
+    )
+
+
+def test_file_storage_gives_the_steps_no_s3_env(tmp_path: Path) -> None:
+    text = (EXAMPLES / "quickstart.yaml").read_text() + (
+        "s3: {endpoint: 'http://minio:9000', region: eu-west-1}\n"
+        "monitoring: {prometheus: 'http://prometheus:9090'}\n"
+    )
+    envs = step_envs(workflow_document(cluster_plan(spec_from_text(text, "s.yaml", tmp_path)), "Workflow"))
+    assert envs == {
+        "configure": [],
+        "launch": [],
+        "report": [{"name": "KALIPER_PROMETHEUS", "value": "http://prometheus:9090"}],
+    }
+    plain = workflow_document(cluster_plan(load_spec(EXAMPLES / "quickstart.yaml")), "Workflow")
+    assert step_envs(plain) == {name: [] for name in STEPS}
+
+
+@pytest.mark.parametrize(
+    ("storage", "workflow_storage", "s3_env"),
+    [
+        ("file://./results", "s3://bucket/cluster", True),  # the in-cluster storage decides
+        ("s3://bucket/results", "file:///mnt/results", False),
+        ("s3://bucket/results", None, True),
+    ],
+)
+def test_in_cluster_storage_decides_the_s3_env(
+    tmp_path: Path, storage: str, workflow_storage: str | None, s3_env: bool
+) -> None:
+    text = (EXAMPLES / "quickstart.yaml").read_text().replace("storage: file://./kaliper-results", "")
+    text += f"storage: {storage}\ns3: {{region: eu-west-1, secret: team-keys}}\n"
+    if workflow_storage:
+        text += f"workflow: {{storage: '{workflow_storage}'}}\n"
+    envs = step_envs(workflow_document(cluster_plan(spec_from_text(text, "s.yaml", tmp_path)), "Workflow"))
+    expected = (
+        [
+            {"name": "AWS_REGION", "value": "eu-west-1"},
+            _secret_ref("AWS_ACCESS_KEY_ID", "team-keys"),
+            _secret_ref("AWS_SECRET_ACCESS_KEY", "team-keys"),
+            _secret_ref("AWS_SESSION_TOKEN", "team-keys", optional=True),
+        ]
+        if s3_env
+        else []
+    )
+    assert envs == {name: expected for name in STEPS}
+
+
+def test_s3_secret_null_gives_the_steps_no_credential_env(tmp_path: Path, schemas_dir: Path) -> None:
+    text = (EXAMPLES / "nightly-stacks.yaml").read_text()
+    text = text.replace('s3: {endpoint: "http://minio.kaliper.svc:9000"}', "s3: {secret: null}")
+    plan = cluster_plan(spec_from_text(text, "s.yaml", tmp_path))
+    assert plan.storage.startswith("s3://") and plan.s3.secret is None
+    document = workflow_document(plan, "WorkflowTemplate")
+    envs = step_envs(document)
+    assert envs["configure"] == envs["launch"] == []
+    assert [e["name"] for e in envs["report"]] == ["KALIPER_PROMETHEUS"]
+    assert argo_problems(document, schemas_dir) == []

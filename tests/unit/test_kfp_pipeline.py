@@ -22,7 +22,7 @@ from kfp.kubernetes import kubernetes_executor_config_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from conftest import EXAMPLES, REPO
-from kaliper.spec import load_spec
+from kaliper.spec import S3Spec, load_spec
 from kaliper.workflows.kfp import pipeline_yaml
 from kaliper.workflows.plan import (
     EXPERIMENT_OUTPUT,
@@ -320,6 +320,84 @@ def test_other_storage_mounts_no_claim() -> None:
     plan = dataclasses.replace(_plan(), storage="s3://bench/results", volume_claim=None, mount_path=None)
     for name, config in _platform_executors(plan).items():
         assert "pvcMount" not in config, name
+
+
+def _container_envs(plan: ClusterPlan) -> dict[str, list[dict[str, Any]]]:
+    ir = _ir(plan)
+    return {
+        name: ir["deploymentSpec"]["executors"][_executor_of(ir, task)]["container"].get("env", [])
+        for name, (_, task) in _step_tasks(ir).items()
+    }
+
+
+def _secret_as_env(secret: str) -> list[dict[str, Any]]:
+    """What kfp-kubernetes writes for the S3 credentials: the Secret's name and keys, never a value."""
+    name = {"secretName": secret, "secretNameParameter": {"runtimeValue": {"constant": secret}}}
+    return [
+        {
+            "keyToEnv": [
+                {"envVar": "AWS_ACCESS_KEY_ID", "secretKey": "AWS_ACCESS_KEY_ID"},
+                {"envVar": "AWS_SECRET_ACCESS_KEY", "secretKey": "AWS_SECRET_ACCESS_KEY"},
+            ],
+            "optional": False,
+            **name,
+        },
+        {
+            "keyToEnv": [{"envVar": "AWS_SESSION_TOKEN", "secretKey": "AWS_SESSION_TOKEN"}],
+            "optional": True,
+            **name,
+        },
+    ]
+
+
+def test_s3_storage_gives_every_step_the_endpoint_and_the_secret_as_env() -> None:
+    plan = _plan(EXAMPLES / "nightly-stacks.yaml")
+    assert plan.storage.startswith("s3://")
+    executors = _platform_executors(plan)
+    assert set(executors) == {"exec-configure", "exec-launch", "exec-report"}
+    for name, config in executors.items():
+        assert config["secretAsEnv"] == _secret_as_env("kaliper-s3"), name
+    endpoint = {"name": "KALIPER_S3_ENDPOINT", "value": "http://minio.kaliper.svc:9000"}
+    prometheus = {"name": "KALIPER_PROMETHEUS", "value": "http://prometheus-operated.monitoring.svc:9090"}
+    assert _container_envs(plan) == {
+        "configure": [endpoint],
+        "launch": [endpoint],
+        "report": [endpoint, prometheus],
+    }
+
+
+def test_s3_secret_name_region_and_no_secret() -> None:
+    plan = dataclasses.replace(
+        _plan(),
+        storage="s3://bench/results",
+        volume_claim=None,
+        mount_path=None,
+        s3=S3Spec(region="eu-west-1", secret="team-keys"),
+    )
+    for name, config in _platform_executors(plan).items():
+        assert config["secretAsEnv"] == _secret_as_env("team-keys"), name
+    region = [{"name": "AWS_REGION", "value": "eu-west-1"}]
+    assert _container_envs(plan) == {"configure": region, "launch": region, "report": region}
+    anonymous = dataclasses.replace(plan, s3=S3Spec(secret=None))
+    for name, config in _platform_executors(anonymous).items():
+        assert "secretAsEnv" not in config, name
+    assert _container_envs(anonymous) == {"configure": [], "launch": [], "report": []}
+
+
+def test_file_storage_gives_the_steps_no_s3_env() -> None:
+    plan = dataclasses.replace(
+        _plan(),
+        s3=S3Spec(endpoint="http://minio:9000", region="eu-west-1"),
+        prometheus="http://prometheus:9090",
+    )
+    assert plan.storage.startswith("file://")
+    for name, config in _platform_executors(plan).items():
+        assert "secretAsEnv" not in config, name
+    assert _container_envs(plan) == {
+        "configure": [],
+        "launch": [],
+        "report": [{"name": "KALIPER_PROMETHEUS", "value": "http://prometheus:9090"}],
+    }
 
 
 def test_node_selector_tolerations_and_launch_deadline_reach_the_pods() -> None:

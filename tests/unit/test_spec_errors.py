@@ -245,6 +245,65 @@ CASES = [
         replace("min_samples: 6, max_samples: 10", "min_samples: 50, max_samples: 10"),
         ("sampling: min_samples (50) exceeds max_samples (10)",),
     ),
+    # monitoring URLs and the s3 section: the field, what was expected, what was found (never a password)
+    Case(
+        "prometheus-not-http",
+        BASE + "monitoring: {prometheus: 'prometheus.monitoring.svc:9090'}\n",
+        (
+            "monitoring.prometheus: expected an http(s)://host[:port][/path] URL without credentials",
+            "its scheme must be http:// or https://",
+            "(found: 'prometheus.monitoring.svc:9090')",
+        ),
+    ),
+    Case(
+        "pushgateway-with-credentials",
+        BASE + f"monitoring: {{pushgateway: 'http://admin:{SECRET_MARKER}@pushgateway:9091'}}\n",
+        (
+            "monitoring.pushgateway: expected an http(s)://host[:port][/path] URL without credentials",
+            "it carries credentials",
+            "(found: 'http://***@pushgateway:9091')",
+        ),
+        run=False,
+    ),
+    Case(
+        "pushgateway-bad-port",
+        BASE + "monitoring: {pushgateway: 'http://pushgateway:99999'}\n",
+        (
+            "monitoring.pushgateway:",
+            "its port is not a number in 0-65535",
+            "(found: 'http://pushgateway:99999')",
+        ),
+        run=False,
+    ),
+    Case(
+        "s3-endpoint-with-path",
+        BASE + "s3: {endpoint: 'http://minio:9000/bucket'}\n",
+        (
+            "s3.endpoint: expected an http(s)://host[:port] URL without credentials",
+            "without a path",
+            "(found: 'http://minio:9000/bucket')",
+        ),
+    ),
+    Case(
+        "s3-endpoint-with-credentials",
+        BASE + f"s3: {{endpoint: 'https://AKIA:{SECRET_MARKER}@s3.example.com'}}\n",
+        ("s3.endpoint:", "it carries credentials", "(found: 'https://***@s3.example.com')"),
+        run=False,
+    ),
+    Case(
+        "s3-secret-bad-name",
+        BASE + "s3: {secret: Kaliper_S3}\n",
+        (
+            "s3.secret: expected the name of a Kubernetes Secret (a DNS-1123 subdomain",
+            "(found: 'Kaliper_S3')",
+        ),
+    ),
+    Case(
+        "s3-unknown-key",
+        BASE + "s3: {endpoint: 'http://minio:9000', access_key: x}\n",
+        ("s3.access_key: unknown field 'access_key'",),
+        run=False,
+    ),
     Case("empty-file", "", ("the file is empty",)),
     Case("whitespace-only-file", "  \n\n   \n", ("the file is empty",)),
     Case("comment-only-file", "# nothing here\n", ("the file holds no YAML document",), run=False),

@@ -19,6 +19,7 @@ import yaml
 
 from kaliper import __version__
 from kaliper.configurator.jobs import LABEL_EXPERIMENT, LABEL_TRIAL, check_manifest, replica_counts
+from kaliper.configurator.podenv import job_env
 from kaliper.configurator.render import BUILTIN_TEMPLATES, render_template
 from kaliper.documents import ExperimentDoc, JobRef, StackRef, TrialDoc, to_document
 from kaliper.errors import TemplateError
@@ -99,6 +100,8 @@ def configure(
             "name": f"{spec.name}-{trial_id}",
             "namespace": spec.job.namespace,
             "labels": {LABEL_EXPERIMENT: experiment_id, LABEL_TRIAL: trial_id},
+            # Pushgateway and s3:// settings (secretKeyRefs, never credential values), appended by kaliper.env
+            "env": job_env(spec, storage),
         }
         job = {
             "kind": spec.job.kind,

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,8 +40,10 @@ from kaliper.local.operator_env import (
 _LABEL_PATH = re.compile(r"^metadata\.labels\['([^']+)'\]$")
 
 
-# Settings of this machine, not of a run: they reach the replicas (the run's own KALIPER_* come from the
-# manifest only, so a stale KALIPER_EXPERIMENT in the shell never leaks into a record).
+# Settings of this machine, not of a run: they reach the replicas and win over the manifest's values
+# (the spec's s3.endpoint or monitoring.pushgateway name what a cluster reaches, this machine may reach
+# them elsewhere). The run's own KALIPER_* come from the manifest only, so a stale KALIPER_EXPERIMENT
+# in the shell never leaks into a record.
 HOST_SETTINGS = ("KALIPER_S3_ENDPOINT", "KALIPER_STORAGE_RETR", "KALIPER_PUSHGATEWAY")
 
 
@@ -162,6 +165,8 @@ def container_env(
             env[name] = _field_value(source["fieldRef"]["fieldPath"], pod, namespace, labels)
         elif name in os.environ:
             env[name] = os.environ[name]  # credentials: from the environment, never from the manifest
+        elif any(isinstance(ref, dict) and ref.get("optional") for ref in source.values()):
+            continue  # an optional secret or config-map key that is absent: Kubernetes leaves it unset
         else:
             raise ExecutionError(
                 f"env {name} of container {container.get('name')!r} comes from {sorted(source)} on a cluster; "
@@ -189,10 +194,18 @@ def _pick_container(kind: str, rtype: str, pod_spec: dict[str, Any]) -> dict[str
 class LocalExecutor:
     """Runs one job at a time; logs go to `logs_dir/<pod>.{stdout,stderr}.log`."""
 
-    def __init__(self, logs_dir: Path, poll_interval: float = 0.05, grace_period: float = 5.0) -> None:
+    def __init__(
+        self,
+        logs_dir: Path,
+        poll_interval: float = 0.05,
+        grace_period: float = 5.0,
+        on_start: Callable[[ReplicaProcess], None] | None = None,
+    ) -> None:
         self.logs_dir = logs_dir
         self.poll_interval = poll_interval
         self.grace_period = grace_period
+        # Called with each replica right after its process started (the runner's resource sampler).
+        self.on_start = on_start
 
     def run(self, manifest: dict[str, Any]) -> JobResult:
         specs = replica_specs(manifest)
@@ -281,11 +294,10 @@ class LocalExecutor:
             **operator_labels(kind, manifest["metadata"]["name"], proc.replica_type, proc.index),
         }
         container = _pick_container(kind, proc.replica_type, pod_spec)
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith("KALIPER_") or k.startswith(HOST_SETTINGS)
-        }
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KALIPER_")}
         env.update(container_env(container, proc.pod, job.namespace, pod_labels))
         env.update(injected_env(manifest, job.counts, proc.key, container.get("name", ""), job.ports))
+        env.update({k: v for k, v in os.environ.items() if k.startswith(HOST_SETTINGS) and v})
         argv = container_argv(container)
         executable = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0], path=env.get("PATH"))
         proc.started = datetime.now(UTC)
@@ -304,6 +316,8 @@ class LocalExecutor:
                 start_new_session=True,
             )
         proc.reason = "Running"
+        if self.on_start is not None:
+            self.on_start(proc)
 
     def _stop_all(self, procs: list[ReplicaProcess], reason: str) -> None:
         """SIGTERM every process group still alive, then SIGKILL what outlives the grace period."""

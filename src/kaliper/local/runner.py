@@ -6,20 +6,26 @@ spreads over all trials instead of biasing the last one.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kaliper.configurator import ExperimentPlan, TrialPlan, configure, write_plan
-from kaliper.configurator.jobs import for_repetition
+from kaliper.configurator.jobs import for_repetition, primary_replica
 from kaliper.documents import FailureInfo, LaunchDoc, ReplicaLaunch, to_document
 from kaliper.errors import InputError
-from kaliper.local.executor import JobResult, LocalExecutor
+from kaliper.local.executor import JobResult, LocalExecutor, ReplicaProcess
+from kaliper.monitoring.push import ENV_URL as ENV_PUSHGATEWAY
+from kaliper.monitoring.sampler import LocalSampler
 from kaliper.reporter import ReportPaths, write_report
-from kaliper.spec import LoadedSpec
+from kaliper.reporter.resources import prometheus_url, store_resources
+from kaliper.results.record import load_record
+from kaliper.spec import BenchmarkSpec, LoadedSpec
 from kaliper.storage import Storage, layout, open_storage
 from kaliper.workloads.runtime import RunIdentity, failure_record
 
@@ -54,6 +60,12 @@ def absolute_storage_url(url: str) -> str:
     return url
 
 
+def s3_defaults(spec: BenchmarkSpec) -> dict[str, str]:
+    """The spec's s3 endpoint and region as the variables S3 storage reads (the environment wins)."""
+    names = {"KALIPER_S3_ENDPOINT": spec.s3.endpoint, "AWS_REGION": spec.s3.region}
+    return {name: value for name, value in names.items() if value}
+
+
 def _check_local(loaded: LoadedSpec) -> None:
     stacks = loaded.spec.stacks
     distinct = len({(s.image, tuple(s.requirements)) for s in stacks}) > 1
@@ -70,7 +82,7 @@ def run_spec(
 ) -> LocalRunResult:
     _check_local(loaded)
     url = absolute_storage_url(storage_url or loaded.spec.storage)
-    storage = open_storage(url)
+    storage = open_storage(url, s3_defaults(loaded.spec))
     plan = configure(loaded, storage_url=url)
     write_plan(plan, storage)
     console = console or Console(stderr=True)
@@ -96,11 +108,20 @@ def run_one(storage: Storage, plan: ExperimentPlan, trial: TrialPlan, repetition
     """Execute one repetition of one trial and store its logs, launch.json and any failure records."""
     experiment = plan.experiment.id
     manifest = for_repetition(trial.manifest, repetition)
+    sampler = _sampler(plan, trial, repetition)
     with tempfile.TemporaryDirectory(prefix="kaliper-logs-") as tmp:
-        result = LocalExecutor(Path(tmp)).run(manifest)
+
+        def follow(proc: ReplicaProcess) -> None:
+            if proc.process is not None:
+                sampler.add(proc.process.pid, _replica(proc))
+
+        try:
+            result = LocalExecutor(Path(tmp), on_start=follow).run(manifest)
+        finally:
+            block = sampler.stop()
         tails = {}
         for proc in result.replicas:
-            replica = f"{proc.replica_type.lower()}-{proc.index}"
+            replica = _replica(proc)
             for stream, path in (("stdout", proc.stdout), ("stderr", proc.stderr)):
                 data = path.read_bytes() if path.exists() else b""
                 storage.put(layout.log_key(experiment, trial.doc.id, repetition, replica, stream), data)
@@ -108,10 +129,44 @@ def run_one(storage: Storage, plan: ExperimentPlan, trial: TrialPlan, repetition
     launch = _launch_doc(plan, trial, repetition, result, tails)
     if not result.succeeded:
         _record_failures(storage, plan, trial, repetition, result, launch)
+    if prometheus_url(plan.experiment) is None:
+        # With Prometheus, the reporter asks it for the run's window; without, this sampling is all there
+        # is: over the measurement's window when the primary replica stored its record, else the job's.
+        window = _measurement_window(storage, plan, trial, repetition)
+        if window is not None:
+            block = sampler.summary(*window)
+        store_resources(storage, experiment, trial.doc.id, repetition, block)
     storage.put_json(layout.launch_key(experiment, trial.doc.id, repetition), to_document(launch))
     return RunOutcome(
         trial.doc.id, repetition, result.succeeded, result.condition.reason, result.condition.message
     )
+
+
+def _measurement_window(
+    storage: Storage, plan: ExperimentPlan, trial: TrialPlan, repetition: int
+) -> tuple[datetime, datetime] | None:
+    rtype, index = primary_replica(trial.doc.job.kind, trial.doc.job.replicas)
+    key = layout.record_key(plan.experiment.id, trial.doc.id, repetition, rtype, index)
+    if not storage.exists(key):
+        return None
+    try:
+        record = load_record(storage.get(key), storage.location(key))
+    except InputError:
+        return None  # the reporter says what is wrong with it
+    if record.recorded_by != "workload":
+        return None
+    return record.timestamps.started, record.timestamps.finished
+
+
+def _replica(proc: ReplicaProcess) -> str:
+    return f"{proc.replica_type.lower()}-{proc.index}"
+
+
+def _sampler(plan: ExperimentPlan, trial: TrialPlan, repetition: int) -> LocalSampler:
+    """Samples the run's processes; also their process exporter when a Pushgateway is configured."""
+    gateway = os.environ.get(ENV_PUSHGATEWAY) or plan.experiment.monitoring.get("pushgateway") or None
+    key = {"experiment": plan.experiment.id, "trial": trial.doc.id, "repetition": str(repetition)}
+    return LocalSampler(pushgateway=gateway, grouping_key=key).start()
 
 
 def _tail(path: Path) -> str:

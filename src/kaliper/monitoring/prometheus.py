@@ -8,8 +8,13 @@ Two scopes:
   `kaliper.dev/repetition` (kube-state-metrics must be started with
   `--metric-labels-allowlist=pods=[kaliper.dev/experiment,kaliper.dev/trial,kaliper.dev/repetition]`,
   which kube-prometheus-stack sets through `kube-state-metrics.metricLabelsAllowlist`).
-- `local`: the live metrics the replicas pushed to the Pushgateway (`kaliper.monitoring.push`), scraped
-  with `honor_labels: true` so they keep their experiment/trial/repetition labels.
+- `local`: what was pushed to the Pushgateway (scraped with `honor_labels: true`, so the series keep
+  their experiment/trial/repetition labels): the local executor's process exporter (CPU, RSS, disk I/O
+  of each replica's process tree, `kaliper.monitoring.sampler`) and the replicas' live metrics
+  (`kaliper.monitoring.push`). Throttling, network and GPU have no local counterpart: listed as missing.
+
+The range of rate() is `KALIPER_PROMETHEUS_RATE` (default 1m); it must cover at least two scrapes, and a
+shorter one follows short runs more closely when Prometheus scrapes often.
 
 Every figure is a range query over [start, end] summarised as mean and max over time, and carries the
 PromQL it came from. All PromQL lives in `QUERIES` (templates) so that the tests can check each with `promtool`.
@@ -25,9 +30,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from kaliper.monitoring.sampler import LOCAL_NOT_MEASURED
 from kaliper.results.record import ResultRecord
 
 ENV_URL = "KALIPER_PROMETHEUS"
+ENV_RATE = "KALIPER_PROMETHEUS_RATE"
+DEFAULT_RATE = "1m"
+NO_DATA = "no query returned data for the run's window"
 Scope = Literal["cluster", "local"]
 
 # The run's pods (value 1, one series per pod); $POD_SEL selects on kube_pod_labels' label_* names.
@@ -106,6 +115,31 @@ QUERIES: tuple[Query, ...] = (
     # DCGM reports framebuffer memory in MiB.
     Query("gpu_memory_used_bytes", "cluster", "bytes", _cadvisor("DCGM_FI_DEV_FB_USED") + " * 1048576"),
     Query("gpu_power_watts", "cluster", "W", _cadvisor("DCGM_FI_DEV_POWER_USAGE")),
+    # The local executor's process exporter (kaliper.monitoring.sampler), pushed per replica.
+    Query(
+        "cpu_cores",
+        "local",
+        "cores",
+        'sum(rate(kaliper_process_cpu_seconds_total{job="kaliper-executor", $SEL}[$RATE]))',
+    ),
+    Query(
+        "memory_rss_bytes",
+        "local",
+        "bytes",
+        'sum(kaliper_process_resident_memory_bytes{job="kaliper-executor", $SEL})',
+    ),
+    Query(
+        "disk_read_bytes_per_second",
+        "local",
+        "bytes/s",
+        'sum(rate(kaliper_process_read_bytes_total{job="kaliper-executor", $SEL}[$RATE]))',
+    ),
+    Query(
+        "disk_write_bytes_per_second",
+        "local",
+        "bytes/s",
+        'sum(rate(kaliper_process_written_bytes_total{job="kaliper-executor", $SEL}[$RATE]))',
+    ),
     Query("samples_total", "local", "samples", 'sum(kaliper_samples_total{job="kaliper", $SEL})'),
     Query("last_sample_seconds", "local", "s", 'max(kaliper_last_sample_seconds{job="kaliper", $SEL})'),
     Query(
@@ -165,7 +199,7 @@ def query_resources(
     scope: Scope = "cluster",
     url: str | None = None,
     namespace: str | None = None,
-    rate: str = "1m",
+    rate: str | None = None,
     timeout_s: float = 10.0,
 ) -> dict[str, Any]:
     """The `resources` block for one run (all replicas of one repetition) over [start, end].
@@ -174,6 +208,7 @@ def query_resources(
     `{"available": False, "reason": ...}`; a failed or empty query lands in `missing`.
     """
     url = url or os.environ.get(ENV_URL) or None
+    rate = rate or os.environ.get(ENV_RATE) or DEFAULT_RATE
     if not url:
         return _unavailable(f"no Prometheus configured ({ENV_URL} unset)", None, scope)
     try:
@@ -216,6 +251,8 @@ def query_resources(
             found = True
         if not found:
             missing[query.name] = "no data in the window"
+    if scope == "local":
+        missing.update({name: "not measured for local processes" for name in LOCAL_NOT_MEASURED})
     block: dict[str, Any] = {
         "available": bool(figures),
         "source": "prometheus",
@@ -226,7 +263,7 @@ def query_resources(
         "missing": missing,
     }
     if not figures:
-        block["reason"] = "no query returned data for the run's window"
+        block["reason"] = NO_DATA
     return block
 
 
@@ -236,7 +273,7 @@ def resources_for_record(
     scope: Scope = "cluster",
     url: str | None = None,
     namespace: str | None = None,
-    rate: str = "1m",
+    rate: str | None = None,
 ) -> dict[str, Any]:
     """`query_resources` over the record's own window (timestamps.started to timestamps.finished)."""
     ids = record.ids

@@ -1,124 +1,342 @@
-"""Resource use of local replica processes without Prometheus: psutil sampling (`source: local-sampler`).
+"""Resource use of local replica processes: psutil sampling, and a process exporter through the Pushgateway.
 
-The local executor starts one `LocalSampler` over its replicas' PIDs when no Prometheus is configured,
-and stores `sampler.summary()` as the `resources` block. Every `interval_s` (default 0.5 s) a daemon
-thread reads each process's (and its children's) CPU times and RSS; CPU cores used are the CPU-time
-delta over the wall-time delta. The block has the same shape as `kaliper.monitoring.prometheus`'s.
+The local executor runs one `LocalSampler` per run and registers each replica's PID as it starts. Every
+`interval_s` (default 0.5 s) a daemon thread reads, for each replica's process tree (the process and its
+children), the CPU seconds, resident memory and disk bytes read/written. It serves two purposes:
+
+- With no Prometheus configured, `stop()` returns the run's `resources` block (`source: local-sampler`):
+  CPU cores used are the CPU-time delta over the wall-time delta, memory the summed RSS.
+- With a Pushgateway configured, it is also the local stand-in for cAdvisor: after each reading it pushes
+  per replica, under job `kaliper-executor` and the grouping key experiment/trial/repetition/replica,
+
+  - `kaliper_process_cpu_seconds_total` (counter): user+system CPU seconds of the replica's tree,
+  - `kaliper_process_resident_memory_bytes` (gauge): summed RSS of the tree,
+  - `kaliper_process_read_bytes_total`, `kaliper_process_written_bytes_total` (counters): storage I/O,
+
+  which Prometheus scrapes from the Pushgateway and the reporter queries back for the run's window
+  (`kaliper.monitoring.prometheus`, scope `local`). The groups are deleted after a grace period once the
+  run ends, as the replicas' own live groups are. The labels are the grouping key only: bounded.
+
+A process that exits keeps its last reading, so counters never go backwards.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import psutil
+from prometheus_client import CollectorRegistry, delete_from_gateway, push_to_gateway
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+EXPORTER_JOB = "kaliper-executor"
+PROCESS_METRICS = (
+    "kaliper_process_cpu_seconds_total",
+    "kaliper_process_resident_memory_bytes",
+    "kaliper_process_read_bytes_total",
+    "kaliper_process_written_bytes_total",
+)
+
+
+@dataclass
+class _Tree:
+    """One replica's processes and the last reading of each (exited processes keep theirs)."""
+
+    root: psutil.Process | None
+    cpu: dict[int, float] = field(default_factory=dict)
+    read: dict[int, int] = field(default_factory=dict)
+    written: dict[int, int] = field(default_factory=dict)
+    rss: int = 0
+
+    def processes(self) -> list[psutil.Process]:
+        if self.root is None:
+            return []
+        try:
+            return [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:
+            return [self.root]
+
+    def read_now(self) -> None:
+        rss = 0
+        for process in self.processes():
+            try:
+                with process.oneshot():
+                    times = process.cpu_times()
+                    self.cpu[process.pid] = times.user + times.system
+                    rss += process.memory_info().rss
+                    try:
+                        io = process.io_counters()
+                    except (psutil.Error, AttributeError):
+                        continue  # not every platform or permission gives I/O counters
+                    self.read[process.pid] = io.read_bytes
+                    self.written[process.pid] = io.write_bytes
+            except psutil.Error:
+                continue
+        self.rss = rss
+
+    @property
+    def cpu_total(self) -> float:
+        return sum(self.cpu.values())
+
+
+class _TreeCollector(Collector):
+    def __init__(self, tree: _Tree) -> None:
+        self.tree = tree
+
+    def collect(self) -> Any:
+        tree = self.tree
+        yield CounterMetricFamily(
+            "kaliper_process_cpu_seconds",
+            "User+system CPU seconds of the replica's processes.",
+            tree.cpu_total,
+        )
+        yield GaugeMetricFamily(
+            "kaliper_process_resident_memory_bytes",
+            "Summed resident memory of the replica's processes.",
+            tree.rss,
+        )
+        yield CounterMetricFamily(
+            "kaliper_process_read_bytes",
+            "Bytes the replica's processes read from storage.",
+            sum(tree.read.values()),
+        )
+        yield CounterMetricFamily(
+            "kaliper_process_written_bytes",
+            "Bytes the replica's processes wrote to storage.",
+            sum(tree.written.values()),
+        )
 
 
 class LocalSampler:
-    def __init__(self, pids: list[int], interval_s: float = 0.5) -> None:
-        self.pids = list(pids)
+    """Samples replica process trees; pushes them as a process exporter when `pushgateway` is given."""
+
+    def __init__(
+        self,
+        pids: list[int] | None = None,
+        interval_s: float = 0.5,
+        *,
+        pushgateway: str | None = None,
+        grouping_key: dict[str, str] | None = None,
+        grace_s: float = 2.0,
+        timeout_s: float = 2.0,
+    ) -> None:
         self.interval_s = interval_s
+        self.pushgateway = pushgateway
+        self.grouping_key = dict(grouping_key or {})
+        self.grace_s = grace_s
+        self.timeout_s = timeout_s
         self.cores: list[float] = []
         self.rss: list[int] = []
+        self.read_rate: list[float] = []
+        self.write_rate: list[float] = []
+        self.times: list[datetime] = []  # when each reading was taken (the end of its interval)
         self.started = datetime.now(UTC)
         self.finished: datetime | None = None
-        self._processes: dict[int, psutil.Process] = {}
-        self._cpu_seen: dict[int, float] = {}
+        self.pushes = 0
+        self._warned = False
+        self._trees: dict[str, _Tree] = {}
+        self._lock = threading.Lock()
         self._last = time.monotonic()
+        self._totals = (0.0, 0, 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kaliper-sampler", daemon=True)
+        for pid in pids or []:
+            self.add(pid, f"pid-{pid}")
+
+    def add(self, pid: int, replica: str) -> None:
+        """Follow `pid` (and its children) as replica `replica` (for example `master-0`)."""
+        try:
+            root: psutil.Process | None = psutil.Process(pid)
+        except psutil.Error:
+            root = None
+        tree = _Tree(root)
+        tree.read_now()  # baseline: what the process used before it was followed is not this run's
+        with self._lock:
+            self._trees[replica] = tree
+            cpu, read, written = self._totals
+            self._totals = (
+                cpu + tree.cpu_total,
+                read + sum(tree.read.values()),
+                written + sum(tree.written.values()),
+            )
 
     def start(self) -> LocalSampler:
-        for pid in self.pids:
-            try:
-                self._processes[pid] = psutil.Process(pid)
-            except psutil.Error:
-                continue
+        self.started = datetime.now(UTC)
         self._last = time.monotonic()
-        self._total_cpu()  # baseline
+        self._totals = self._sum()
         self._thread.start()
         return self
 
     def stop(self) -> dict[str, Any]:
+        """Stop sampling (one last reading), push the final values and delete the groups; the block."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        if not self.cores:
+            self._sample()  # a run shorter than one interval still gets one reading
+        else:
+            with self._lock:
+                trees = list(self._trees.values())
+            for tree in trees:
+                tree.read_now()  # final counters for the push; a partial interval would skew the mean
         self.finished = datetime.now(UTC)
+        if self.pushgateway:
+            self._push_all()
+            threading.Thread(target=self._delete_groups, name="kaliper-sampler-delete").start()
         return self.summary()
 
-    def _tree(self) -> list[psutil.Process]:
-        tree: list[psutil.Process] = []
-        for process in self._processes.values():
-            try:
-                tree.append(process)
-                tree.extend(process.children(recursive=True))
-            except psutil.Error:
-                continue
-        return tree
+    # ------------------------------------------------------------------------------------------ sampling
 
-    def _total_cpu(self) -> float:
-        """CPU seconds used by the tree since the start; exited processes keep their last reading."""
-        for process in self._tree():
-            try:
-                times = process.cpu_times()
-                self._cpu_seen[process.pid] = times.user + times.system
-            except psutil.Error:
-                continue
-        return sum(self._cpu_seen.values())
+    def _sum(self) -> tuple[float, int, int]:
+        with self._lock:
+            trees = list(self._trees.values())
+        return (
+            sum(t.cpu_total for t in trees),
+            sum(sum(t.read.values()) for t in trees),
+            sum(sum(t.written.values()) for t in trees),
+        )
 
     def _sample(self) -> None:
+        with self._lock:
+            trees = list(self._trees.values())
+        for tree in trees:
+            tree.read_now()
         now = time.monotonic()
-        before = sum(self._cpu_seen.values())
-        after = self._total_cpu()
-        if now > self._last:
-            self.cores.append(max(0.0, after - before) / (now - self._last))
-        self._last = now
-        rss = 0
-        for process in self._tree():
-            try:
-                rss += process.memory_info().rss
-            except psutil.Error:
-                continue
-        self.rss.append(rss)
+        cpu, read, written = self._sum()
+        elapsed = now - self._last
+        if elapsed <= 0:
+            return
+        before_cpu, before_read, before_written = self._totals
+        self.cores.append(max(0.0, cpu - before_cpu) / elapsed)
+        self.read_rate.append(max(0, read - before_read) / elapsed)
+        self.write_rate.append(max(0, written - before_written) / elapsed)
+        self.rss.append(sum(t.rss for t in trees))
+        self.times.append(datetime.now(UTC))
+        self._last, self._totals = now, (cpu, read, written)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             self._sample()
+            if self.pushgateway:
+                self._push_all()
 
-    def summary(self) -> dict[str, Any]:
-        window = {
-            "start": self.started.isoformat(),
-            "end": (self.finished or datetime.now(UTC)).isoformat(),
-            "step_s": self.interval_s,
-        }
+    # ------------------------------------------------------------------------------------------ exporter
+
+    def _key(self, replica: str) -> dict[str, str]:
+        return {**self.grouping_key, "replica": replica}
+
+    def _push_all(self) -> None:
+        assert self.pushgateway is not None
+        with self._lock:
+            trees = dict(self._trees)
+        for replica, tree in trees.items():
+            registry = CollectorRegistry()
+            registry.register(_TreeCollector(tree))
+            try:
+                push_to_gateway(
+                    self.pushgateway,
+                    job=EXPORTER_JOB,
+                    registry=registry,
+                    grouping_key=self._key(replica),
+                    timeout=self.timeout_s,
+                )
+                self.pushes += 1
+            except Exception as exc:  # monitoring must never fail a run
+                self._warn(f"could not push process metrics to {self.pushgateway}: {exc}")
+
+    def _delete_groups(self) -> None:
+        """Not a daemon: the last run's groups are still deleted when `kaliper run` is about to exit."""
+        time.sleep(self.grace_s)
+        assert self.pushgateway is not None
+        for replica in list(self._trees):
+            try:
+                delete_from_gateway(
+                    self.pushgateway,
+                    job=EXPORTER_JOB,
+                    grouping_key=self._key(replica),
+                    timeout=self.timeout_s,
+                )
+            except Exception as exc:  # monitoring must never fail a run
+                self._warn(f"could not delete the process-metrics group at {self.pushgateway}: {exc}")
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning("kaliper monitoring: %s (further failures silent)", message)
+
+    # ------------------------------------------------------------------------------------------ the block
+
+    def summary(self, start: datetime | None = None, end: datetime | None = None) -> dict[str, Any]:
+        """The block over [start, end] (default: all of the sampling), from the readings taken in it.
+
+        A reading covers the interval before it, so the one just after `end` is included.
+        """
+        stopped = self.finished or datetime.now(UTC)
+        start = max(start or self.started, self.started)
+        end = min(end or stopped, stopped)
+        window = {"start": start.isoformat(), "end": end.isoformat(), "step_s": self.interval_s}
+        low, high = start.timestamp(), end.timestamp() + self.interval_s
+        keep = [i for i, t in enumerate(self.times) if low < t.timestamp() <= high]
+        if not keep and self.times:  # a window shorter than one interval: the nearest reading
+            keep = [min(range(len(self.times)), key=lambda i: abs(self.times[i].timestamp() - high))]
+
+        def pick(values: list[float] | list[int]) -> list[float]:
+            return [float(values[i]) for i in keep if i < len(values)]
+
+        tree = "the replicas' processes and their children"
+        series: list[tuple[str, list[float], str, str]] = [
+            (
+                "cpu_cores",
+                pick(self.cores),
+                "cores",
+                f"psutil: (user+system CPU seconds of {tree}) / wall seconds",
+            ),
+            ("memory_rss_bytes", pick(self.rss), "bytes", f"psutil: summed RSS of {tree}"),
+            ("disk_read_bytes_per_second", pick(self.read_rate), "bytes/s", f"psutil: read_bytes of {tree}"),
+            (
+                "disk_write_bytes_per_second",
+                pick(self.write_rate),
+                "bytes/s",
+                f"psutil: write_bytes of {tree}",
+            ),
+        ]
         figures: dict[str, dict[str, Any]] = {}
-        method = "psutil: (user+system CPU seconds of the processes and their children) / wall seconds"
-        if self.cores:
-            figures["cpu_cores"] = {
-                "mean": sum(self.cores) / len(self.cores),
-                "max": max(self.cores),
-                "points": len(self.cores),
-                "unit": "cores",
-                "method": method,
-            }
-        if self.rss:
-            figures["memory_rss_bytes"] = {
-                "mean": sum(self.rss) / len(self.rss),
-                "max": max(self.rss),
-                "points": len(self.rss),
-                "unit": "bytes",
-                "method": "psutil: sum of RSS of the processes and their children",
-            }
+        for name, values, unit, method in series:
+            if values:
+                figures[name] = {
+                    "mean": sum(values) / len(values),
+                    "max": max(values),
+                    "points": len(values),
+                    "unit": unit,
+                    "method": method,
+                }
+        missing = {name: "not measured for local processes" for name in LOCAL_NOT_MEASURED}
         block: dict[str, Any] = {
             "available": bool(figures),
             "source": "local-sampler",
             "scope": "local",
             "window": window,
             "figures": figures,
-            "missing": {},
+            "missing": missing,
         }
         if not figures:
             block["reason"] = "no sample taken (run shorter than the sampling interval, or no process)"
         return block
+
+
+# Cluster figures that have no local counterpart (no cgroup of our own, no per-process network, no DCGM).
+LOCAL_NOT_MEASURED = (
+    "cpu_throttling_ratio",
+    "network_receive_bytes_per_second",
+    "network_transmit_bytes_per_second",
+    "gpu_utilization_percent",
+    "gpu_memory_used_bytes",
+    "gpu_power_watts",
+)

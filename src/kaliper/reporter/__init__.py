@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from kaliper.reporter.aggregate import ExperimentResult, load_experiment
 from kaliper.reporter.outputs import SUMMARY_SCHEMA, report_markdown, results_csv, summary_document
+from kaliper.reporter.resources import attach_resources
 from kaliper.storage import Storage, dump_json, layout
 
 
@@ -20,6 +21,7 @@ class ReportPaths:
 def write_report(storage: Storage, experiment_id: str) -> ReportPaths:
     """Compute and store the report; identical inputs give identical files, so reruns are safe."""
     result = load_experiment(storage, experiment_id)
+    attach_resources(storage, result)
     document = summary_document(result)
     files = {
         "summary.json": dump_json(document),

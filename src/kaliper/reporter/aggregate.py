@@ -16,6 +16,7 @@ from kaliper.configurator import read_experiment, read_trial
 from kaliper.configurator.jobs import primary_replica
 from kaliper.documents import LAUNCH_SCHEMA, ExperimentDoc, LaunchDoc, TrialDoc, load_versioned
 from kaliper.errors import InputError
+from kaliper.reporter.resources import load_resources
 from kaliper.results.record import ResultRecord, load_record
 from kaliper.statistics import hierarchical_bootstrap_median
 from kaliper.storage import Storage, layout
@@ -35,6 +36,8 @@ class RunResult:
     # Replica ("master-0") → where its record was recovered from, for records that could not be stored
     # and were taken from the `KALIPER_RESULT` line of the replica's captured stdout instead.
     recovered: dict[str, str] = field(default_factory=dict)
+    # The run's resources block (kaliper.reporter.resources): stored, queried, or why there is none.
+    resources: dict[str, Any] | None = None
 
     @property
     def measured(self) -> bool:
@@ -87,13 +90,19 @@ class ExperimentResult:
         return [rec for _t, r in self.all_runs() for rec in r.records]
 
 
+def _replica_name(record: ResultRecord) -> str:
+    return f"{record.ids.replica_type.lower()}-{record.ids.replica_index}"
+
+
 def _recover_from_logs(
-    storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys: set[str]
+    storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys: set[str], measured: set[str]
 ) -> dict[str, tuple[ResultRecord, str]]:
     """Records a replica printed as `KALIPER_RESULT {json}` because it could not store them.
 
-    Only for replicas with a captured stdout log (the local executor stores them) and no stored record;
-    the last such line wins, and a line that is not a readable record of this very run is ignored.
+    Only for replicas with a captured stdout log (the local executor stores them) and no record of their
+    own in storage (`measured` names those that have one; the executor's failure record for a replica
+    that exited without storing one does not count); the last such line wins, and a line that is not a
+    readable record of this very run is ignored.
     """
     prefix = layout.run_prefix(exp, trial.id, repetition) + "/"
     suffix = ".stdout.log"
@@ -102,7 +111,7 @@ def _recover_from_logs(
         if not (key.startswith(prefix + "logs/") and key.endswith(suffix)):
             continue
         replica = key[len(prefix + "logs/") : -len(suffix)]
-        if "/" in replica or f"{prefix}{replica}.json" in keys:
+        if "/" in replica or replica in measured:
             continue
         lines = storage.get(key).decode(errors="replace").splitlines()
         payloads = [line[len(RESULT_LINE_PREFIX) :] for line in lines if line.startswith(RESULT_LINE_PREFIX)]
@@ -115,7 +124,7 @@ def _recover_from_logs(
             continue
         ids = record.ids
         if (ids.experiment, ids.trial, ids.repetition) != (exp, trial.id, repetition) or (
-            f"{ids.replica_type.lower()}-{ids.replica_index}" != replica
+            _replica_name(record) != replica
         ):
             continue
         found[replica] = (record, where)
@@ -123,6 +132,7 @@ def _recover_from_logs(
 
 
 def _load_run(storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys: set[str]) -> RunResult:
+    """One run from its own keys (those under its runs/<repetition>/ prefix)."""
     launch = None
     launch_key = layout.launch_key(exp, trial.id, repetition)
     if launch_key in keys:
@@ -130,13 +140,20 @@ def _load_run(storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys
             LaunchDoc, LAUNCH_SCHEMA, storage.get(launch_key), storage.location(launch_key)
         )
     prefix = layout.run_prefix(exp, trial.id, repetition) + "/"
+    resources_key = layout.resources_key(exp, trial.id, repetition)
     record_keys = sorted(
         k
         for k in keys
-        if k.startswith(prefix) and "/" not in k[len(prefix) :] and k.endswith(".json") and k != launch_key
+        if k.startswith(prefix)
+        and "/" not in k[len(prefix) :]
+        and k.endswith(".json")
+        and k not in (launch_key, resources_key)
     )
     records = [load_record(storage.get(k), storage.location(k)) for k in record_keys]
-    recovered = _recover_from_logs(storage, exp, trial, repetition, keys)
+    measured = {_replica_name(r) for r in records if r.recorded_by == "workload"}
+    recovered = _recover_from_logs(storage, exp, trial, repetition, keys, measured)
+    # A recovered record replaces the executor's "exited without a record" stand-in for that replica.
+    records = [r for r in records if _replica_name(r) not in recovered]
     records += [record for record, _where in recovered.values()]
     rtype, index = primary_replica(trial.job.kind, trial.job.replicas)
     primary = next(
@@ -170,7 +187,8 @@ def _load_run(storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys
             "no launch record and no result record (the run never happened or was interrupted)",
         )
     where = {replica: location for replica, (_record, location) in recovered.items()}
-    return RunResult(repetition, status, error, launch, primary, records, where)
+    resources = load_resources(storage, resources_key) if resources_key in keys else None
+    return RunResult(repetition, status, error, launch, primary, records, where, resources)
 
 
 def _trial_metrics(runs: list[RunResult]) -> dict[str, TrialMetric]:
@@ -201,11 +219,20 @@ def _trial_metrics(runs: list[RunResult]) -> dict[str, TrialMetric]:
 
 def load_experiment(storage: Storage, experiment_id: str) -> ExperimentResult:
     experiment = read_experiment(storage, experiment_id)
-    keys = set(storage.list(layout.experiment_prefix(experiment_id) + "/trials"))
+    # One listing, grouped by run, so each run looks only at its own keys (linear in the experiment).
+    by_run: dict[tuple[str, str], set[str]] = {}
+    depth = len(layout.experiment_prefix(experiment_id).split("/"))  # then trials/<trial>/runs/<rep>/...
+    for key in storage.list(layout.experiment_prefix(experiment_id) + "/trials"):
+        parts = key.split("/")
+        if len(parts) > depth + 4 and parts[depth + 2] == "runs":
+            by_run.setdefault((parts[depth + 1], parts[depth + 3]), set()).add(key)
     trials = []
     for trial_id in experiment.trials:
         doc = read_trial(storage, experiment_id, trial_id)
-        runs = [_load_run(storage, experiment_id, doc, rep, keys) for rep in range(experiment.repetitions)]
+        runs = [
+            _load_run(storage, experiment_id, doc, rep, by_run.get((trial_id, str(rep)), set()))
+            for rep in range(experiment.repetitions)
+        ]
         trials.append(TrialResult(doc, runs, _trial_metrics(runs)))
     return ExperimentResult(experiment, trials)
 

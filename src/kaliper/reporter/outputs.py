@@ -34,6 +34,7 @@ def _run_summary(run: RunResult) -> dict[str, Any]:
         "phases": {k: v.isoformat() if v else None for k, v in run.launch.phases.items()}
         if run.launch
         else None,
+        "resources": run.resources,
     }
 
 
@@ -227,6 +228,8 @@ def report_markdown(result: ExperimentResult) -> str:
             cells += [_num(medians.get(n)) for n in metric_names]
             lines.append("| " + " | ".join(cells) + " |")
 
+    lines += _resources_markdown(result)
+
     failed = [(t, r) for t, r in result.all_runs() if r.status not in ("ok", "not_converged")]
     if failed:
         lines += ["", "## Failed runs", ""]
@@ -249,3 +252,68 @@ def report_markdown(result: ExperimentResult) -> str:
         *(f"- `{n}` = {f}" for n, f in formulas.items()),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _bytes(value: float | None) -> str:
+    if value is None:
+        return "–"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.3g} B"
+
+
+# (column, figures to try in order, statistic, format)
+_RESOURCE_COLUMNS: tuple[tuple[str, tuple[str, ...], str, Any], ...] = (
+    ("CPU cores mean", ("cpu_cores",), "mean", _num),
+    ("CPU cores max", ("cpu_cores",), "max", _num),
+    ("memory peak", ("memory_working_set_bytes", "memory_rss_bytes"), "max", _bytes),
+    ("disk read/s", ("disk_read_bytes_per_second",), "mean", _bytes),
+    ("disk write/s", ("disk_write_bytes_per_second",), "mean", _bytes),
+    ("net rx/s", ("network_receive_bytes_per_second",), "mean", _bytes),
+    ("GPU util %", ("gpu_utilization_percent",), "mean", _num),
+    ("GPU power W", ("gpu_power_watts",), "mean", _num),
+)
+
+
+def _resources_markdown(result: ExperimentResult) -> list[str]:
+    """Resource use per run, or which data is missing and why (never silently empty)."""
+    runs = result.all_runs()
+    have = [(t, r) for t, r in runs if r.resources and r.resources.get("available")]
+    lines = ["", "## Resource use", ""]
+    if have:
+        seen = {name for _t, r in have for name in (r.resources or {}).get("figures", {})}
+        columns = [c for c in _RESOURCE_COLUMNS if any(n in seen for n in c[1])]
+        lines += [
+            "Over each run's measurement window (mean and max over time; memory: the peak).",
+            "",
+            "| trial | repetition | source | " + " | ".join(c[0] for c in columns) + " |",
+            "|" + "---|" * (3 + len(columns)),
+        ]
+        for t, r in have:
+            block = r.resources or {}
+            figures = block.get("figures", {})
+            cells = [t.doc.id, str(r.repetition), str(block.get("source"))]
+            for _label, names, stat, fmt in columns:
+                figure = next((figures[n] for n in names if n in figures), None)
+                cells.append(fmt(figure[stat]) if figure else "–")
+            lines.append("| " + " | ".join(cells) + " |")
+        by_reason: dict[str, set[str]] = {}
+        for _t, r in have:
+            for name, why in (r.resources or {}).get("missing", {}).items():
+                by_reason.setdefault(why, set()).add(name)
+        if by_reason:
+            lines.append("")
+            for why, which_names in sorted(by_reason.items()):
+                lines.append(f"- Not available ({why}): {', '.join(sorted(which_names))}")
+    without = [(t, r) for t, r in runs if not (r.resources and r.resources.get("available"))]
+    reasons: dict[str, list[str]] = {}
+    for t, r in without:
+        reason = (r.resources or {}).get("reason") or "no resources block"
+        reasons.setdefault(reason, []).append(f"{t.doc.id}/{r.repetition}")
+    if have and reasons:
+        lines.append("")
+    for reason, which in reasons.items():
+        scope = "all runs" if len(which) == len(runs) else ", ".join(which)
+        lines.append(f"- Resources unavailable for {scope}: {reason}")
+    return lines

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from kaliper.errors import StorageURLError
@@ -36,17 +38,22 @@ def check_storage_url(url: str) -> str:
     return url
 
 
-def open_storage(url: str) -> Storage:
+def open_storage(url: str, defaults: Mapping[str, str] | None = None) -> Storage:
     """The storage a URL names. Relative file:// paths are relative to the current directory.
 
     Opening contacts nothing; an s3:// storage connects (endpoint and credentials from the
-    environment) on first use.
+    environment) on first use. `defaults` are settings the environment may override (a spec's
+    `s3.endpoint` as KALIPER_S3_ENDPOINT, `s3.region` as AWS_REGION).
     """
     check_storage_url(url)
     if url.startswith("s3://"):
         from kaliper.storage.s3 import S3Storage
 
-        return S3Storage(url)
+        if not defaults:
+            return S3Storage(url)
+        env = dict(os.environ)
+        env.update({k: v for k, v in defaults.items() if not env.get(k)})  # set and non-empty wins
+        return S3Storage(url, env=env)
     return FileStorage(Path(url[len("file://") :]).expanduser().absolute(), url)
 
 

@@ -41,6 +41,10 @@ def launch_key(experiment: str, trial: str, repetition: int) -> str:
     return f"{run_prefix(experiment, trial, repetition)}/launch.json"
 
 
+def resources_key(experiment: str, trial: str, repetition: int) -> str:
+    return f"{run_prefix(experiment, trial, repetition)}/resources.json"
+
+
 def log_key(experiment: str, trial: str, repetition: int, replica: str, stream: str) -> str:
     return f"{run_prefix(experiment, trial, repetition)}/logs/{replica}.{stream}.log"
 

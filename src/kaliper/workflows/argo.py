@@ -27,6 +27,13 @@ VOLUME = "kaliper-results"
 LABELS = {"app.kubernetes.io/name": "kaliper", "app.kubernetes.io/version": __version__}
 
 
+def _env(plan: ClusterPlan, step: str) -> Any:
+    """The step's env (plan.py decides it: S3 settings for s3:// storage, Prometheus for the report)."""
+    from hera.workflows import models as m
+
+    return [m.EnvVar.model_validate(var) for var in plan.step_env(step)] or None
+
+
 def _container_kwargs(plan: ClusterPlan) -> dict[str, Any]:
     from hera.workflows import models as m
 
@@ -106,6 +113,7 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
             ],
             # Idempotent: the experiment id comes from the workflow, and rewriting identical objects is a no-op.
             retry_strategy=_retry(2, "Always"),
+            env=_env(plan, "configure"),
             **kwargs,
         )
         launch_cmd = launch_argv(
@@ -124,6 +132,7 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
             # Only pod-level errors (eviction, node loss) are retried: the job's name is deterministic, so
             # a retried launch finds its job and goes on waiting. A failed benchmark is never rerun.
             retry_strategy=_retry(3, "OnError"),
+            env=_env(plan, "launch"),
             **kwargs,
         )
         report_cmd = report_argv(ARGO)
@@ -132,6 +141,7 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
             command=report_cmd[:1],
             args=report_cmd[1:],
             retry_strategy=_retry(2, "Always"),  # a rerun gives byte-identical files
+            env=_env(plan, "report"),
             **kwargs,
         )
         # One failed run must not stop the others: failFast off on the parallelism-bounded fan-out.

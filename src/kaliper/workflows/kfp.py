@@ -7,8 +7,8 @@ API accept only its own IR (PipelineSpec, schemaVersion 2.1.0), not Argo YAML, h
 What KFP cannot say per pipeline: the service account. Every step runs as the run's service account
 (`default-editor` in a Kubeflow profile namespace; set per run or recurring run), so that account needs
 the rights `manifests/` gives `kaliper` (create/get/delete TFJobs and PyTorchJobs, read pods). Pod
-settings KFP has no word for (PVC mount, node selector, tolerations, pod deadline, pull policy) go into
-the IR's platform spec through `kfp-kubernetes`.
+settings KFP has no word for (PVC mount, node selector, tolerations, pod deadline, pull policy, S3
+credentials from a Secret) go into the IR's platform spec through `kfp-kubernetes`.
 
 kfp and kfp-kubernetes are imported inside the builder only, so `kaliper` imports without them. No
 `from __future__ import annotations` here: kfp reads the components' annotations as objects.
@@ -91,8 +91,26 @@ def _components(plan: ClusterPlan) -> tuple[Any, Any, Any]:
     return configure, launch, report
 
 
-def _pod(plan: ClusterPlan, task: Any, *, retries: int) -> Any:
-    """Resources, retries, no caching (a benchmark must run every time) and the platform settings."""
+def _env(plan: ClusterPlan, task: Any, step: str) -> None:
+    """The step's env from plan.py (S3 settings for s3:// storage, Prometheus for the report): values as
+    container env, credentials as the platform spec's secretAsEnv (the Secret's name and keys, never values)."""
+    from kfp import kubernetes
+
+    secrets: dict[tuple[str, bool], dict[str, str]] = {}
+    for var in plan.step_env(step):
+        if "value" in var:
+            task.set_env_variable(var["name"], var["value"])
+            continue
+        ref = var["valueFrom"]["secretKeyRef"]  # the only other kind plan.py makes
+        secrets.setdefault((ref["name"], bool(ref.get("optional", False))), {})[ref["key"]] = var["name"]
+    for (secret, optional), key_to_env in secrets.items():
+        kubernetes.use_secret_as_env(
+            task, secret_name=secret, secret_key_to_env=key_to_env, optional=optional
+        )
+
+
+def _pod(plan: ClusterPlan, task: Any, step: str, *, retries: int) -> Any:
+    """Resources, retries, no caching (a benchmark must run every time), env and the platform settings."""
     from kfp import kubernetes
 
     task.set_caching_options(False)
@@ -105,6 +123,7 @@ def _pod(plan: ClusterPlan, task: Any, *, retries: int) -> Any:
             num_retries=retries, backoff_duration="10s", backoff_factor=2, backoff_max_duration="300s"
         )
     kubernetes.set_image_pull_policy(task, "IfNotPresent")
+    _env(plan, task, step)
     if plan.volume_claim is not None and plan.mount_path is not None:
         kubernetes.mount_pvc(task, pvc_name=plan.volume_claim, mount_path=plan.mount_path)
     for key, value in sorted(plan.node_selector.items()):
@@ -134,9 +153,9 @@ def _pipeline(plan: ClusterPlan) -> Any:
         # The exit task is made first and may use only pipeline inputs: it runs whatever happened inside.
         # A report rerun gives byte-identical files, so retrying it (and configure: the experiment id comes
         # from the run, and rewriting identical objects is a no-op) is safe.
-        exit_task = _pod(plan, report(spec=spec, storage=storage, **run), retries=2)
+        exit_task = _pod(plan, report(spec=spec, storage=storage, **run), "report", retries=2)
         with dsl.ExitHandler(exit_task=exit_task, name="runs"):
-            cfg = _pod(plan, configure(spec=spec, storage=storage, **run), retries=2)
+            cfg = _pod(plan, configure(spec=spec, storage=storage, **run), "configure", retries=2)
             with dsl.ParallelFor(items=cfg.outputs[RUNS], parallelism=plan.parallelism, name="run") as item:
                 # No retry: KFP retries on any failure (it has no Argo-like OnError policy), so a failed or
                 # timed-out benchmark would be waited on again, a timed-out one for another full timeout.
@@ -147,7 +166,7 @@ def _pipeline(plan: ClusterPlan) -> Any:
                     trial=item.trial,
                     repetition=item.repetition,
                 )
-                _pod(plan, task, retries=0)
+                _pod(plan, task, "launch", retries=0)
                 kubernetes.set_timeout(task, plan.launch_deadline_s)  # the Argo template timeout
 
     return pipeline

@@ -10,8 +10,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kaliper.configurator.podenv import EnvVar, step_env
 from kaliper.errors import SpecError
 from kaliper.spec import LoadedSpec
+from kaliper.spec_services import S3Spec
 
 # Where the configure step writes its outputs inside its pod (an emptyDir-free path every image has).
 OUTPUT_DIR: Final = "/tmp/kaliper"
@@ -69,6 +71,8 @@ class ClusterPlan:
     timezone: str
     node_selector: dict[str, str]
     tolerations: list[dict[str, Any]]
+    s3: S3Spec
+    prometheus: str | None
 
     @property
     def launch_deadline_s(self) -> int:
@@ -79,6 +83,14 @@ class ClusterPlan:
     def launch_template_timeout(self) -> str:
         """Argo `timeout` of the launch step."""
         return f"{self.launch_deadline_s}s"
+
+    def step_env(self, step: str) -> list[EnvVar]:
+        """Env of a step's container (Kubernetes EnvVars): the S3 settings when the storage is s3://
+        (credentials as secretKeyRefs to `s3.secret`), and for `report` also KALIPER_PROMETHEUS.
+
+        Decided at compile time from `storage`: a run that overrides the `storage` parameter with an s3://
+        URL needs a spec compiled for s3:// storage (e.g. `workflow.storage`)."""
+        return step_env(self.storage, self.s3, self.prometheus if step == "report" else None)
 
 
 def cluster_plan(loaded: LoadedSpec) -> ClusterPlan:
@@ -115,6 +127,8 @@ def cluster_plan(loaded: LoadedSpec) -> ClusterPlan:
         timezone=spec.workflow.timezone,
         node_selector=dict(spec.workflow.node_selector),
         tolerations=[t.to_kubernetes() for t in spec.workflow.tolerations],
+        s3=spec.s3,
+        prometheus=spec.monitoring.prometheus,
     )
 
 

@@ -2,7 +2,10 @@
 // `local kaliper = import 'kaliper.libsonnet';`).
 //
 // Every template is a function of the same top-level arguments:
-//   run:      {experiment, trial, storage, name, namespace, labels}
+//   run:      {experiment, trial, storage, name, namespace, labels, env}
+//             env: Kubernetes EnvVars computed by Kaliper (kaliper/configurator/podenv.py): KALIPER_PUSHGATEWAY
+//             when monitoring.pushgateway is set; for s3:// storage KALIPER_S3_ENDPOINT, AWS_REGION and the
+//             credentials as secretKeyRefs to the Secret s3.secret (never values). `env(run, job)` appends it.
 //   job:      {kind, replicas, image, resources: {cpu, memory, gpu}, timeout_seconds,
 //              service_account, node_selector, tolerations, success_policy}
 //   workload: {name, framework}
@@ -58,7 +61,7 @@
     { name: 'PYTHONUNBUFFERED', value: '1' },
     $.fromLabel('KALIPER_REPLICA_TYPE', 'training.kubeflow.org/replica-type'),
     $.fromLabel('KALIPER_REPLICA_INDEX', 'training.kubeflow.org/replica-index'),
-  ] + $.threadsEnv(job),
+  ] + $.threadsEnv(job) + std.get(run, 'env', []),
 
   // Requests = limits: Guaranteed QoS, no CFS-throttling artefacts from a limit above the request.
   resources(job)::

@@ -1,0 +1,170 @@
+"""The cluster-scope PromQL evaluated by a real Prometheus on series shaped like a cluster's.
+
+No kubelet, kube-state-metrics or DCGM exporter can run here, so series with their names and labels
+(cAdvisor's `container_*{namespace,pod,container}`, kube-state-metrics' `kube_pod_labels` with the
+sanitised `label_kaliper_dev_*` labels, DCGM's `DCGM_FI_DEV_*{namespace,pod}`) are pushed at known rates
+through a real Pushgateway and scraped by a real Prometheus. The join on pod labels must pick exactly
+the run's pods (not another experiment's, not another repetition's) and the figures must come out as
+the rates that were fed in.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, push_to_gateway
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from kaliper.monitoring import prometheus as promq
+from kaliper.reporter.resources import SETTLE_ENV, query_run
+from prom_services import Prometheus, Pushgateway
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+NS = "kaliper"
+# pod → (experiment, repetition, CPU cores it burns)
+PODS = {
+    "bench-t000-r0-master-0": ("exp-a", "0", 1.5),
+    "bench-t000-r0-worker-0": ("exp-a", "0", 0.5),
+    "bench-t000-r1-master-0": ("exp-a", "1", 3.0),  # the next repetition: must not be counted
+    "other-t000-r0-master-0": ("exp-b", "0", 7.0),  # another experiment: must not be counted
+}
+
+
+class ClusterLike(Collector):
+    def __init__(self, elapsed: float) -> None:
+        self.elapsed = elapsed
+
+    def collect(self) -> Iterator[Any]:
+        labels = ["namespace", "pod", "container"]
+        cpu = CounterMetricFamily("container_cpu_usage_seconds", "cAdvisor", labels=labels)
+        periods = CounterMetricFamily("container_cpu_cfs_periods", "cAdvisor", labels=labels)
+        throttled = CounterMetricFamily("container_cpu_cfs_throttled_periods", "cAdvisor", labels=labels)
+        memory = GaugeMetricFamily("container_memory_working_set_bytes", "cAdvisor", labels=labels)
+        rx = CounterMetricFamily("container_network_receive_bytes", "cAdvisor", labels=["namespace", "pod"])
+        pod_labels = GaugeMetricFamily(
+            "kube_pod_labels",
+            "kube-state-metrics",
+            labels=[
+                "namespace",
+                "pod",
+                "label_kaliper_dev_experiment",
+                "label_kaliper_dev_trial",
+                "label_kaliper_dev_repetition",
+            ],
+        )
+        gpu_util = GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "dcgm", labels=["namespace", "pod", "gpu"])
+        gpu_mem = GaugeMetricFamily("DCGM_FI_DEV_FB_USED", "dcgm", labels=["namespace", "pod", "gpu"])
+        for pod, (experiment, rep, cores) in PODS.items():
+            t = self.elapsed
+            cpu.add_metric([NS, pod, "pytorch"], cores * t)
+            # The pause container and the pod-level cgroup (container="") must be left out.
+            cpu.add_metric([NS, pod, "POD"], 100 * t)
+            cpu.add_metric([NS, pod, ""], 100 * t)
+            periods.add_metric([NS, pod, "pytorch"], 10 * t)  # 100 ms CFS periods
+            throttled.add_metric([NS, pod, "pytorch"], 1 * t)  # 1 in 10 throttled
+            memory.add_metric([NS, pod, "pytorch"], 1e9 + 1e8 * t)
+            rx.add_metric([NS, pod], 1e6 * t)
+            pod_labels.add_metric([NS, pod, experiment, "t000", rep], 1)
+            gpu_util.add_metric([NS, pod, "0"], 80)
+            gpu_mem.add_metric([NS, pod, "0"], 1024)  # MiB
+        yield from (cpu, periods, throttled, memory, rx, pod_labels, gpu_util, gpu_mem)
+
+
+def wait_for_first_scrape(server: Prometheus, timeout_s: float = 30) -> None:
+    """Prometheus scrapes a new target only some time after it starts: feed the clock after that."""
+    query = urllib.parse.urlencode({"query": 'up{job="pushgateway"} == 1'})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{server.url}/api/v1/query?{query}", timeout=5) as response:
+            if json.loads(response.read())["data"]["result"]:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"Prometheus did not scrape the Pushgateway in {timeout_s} s")
+
+
+@pytest.fixture(scope="module")
+def fed() -> Iterator[tuple[Prometheus, datetime, datetime]]:
+    gateway = Pushgateway()
+    gateway.start()
+    server = Prometheus(gateway)
+    server.start()
+    try:
+        wait_for_first_scrape(server)
+        start = datetime.now(UTC)
+        began = time.monotonic()
+        while (elapsed := time.monotonic() - began) < 9:
+            registry = CollectorRegistry()
+            registry.register(ClusterLike(elapsed))
+            push_to_gateway(gateway.url, job="cluster-like", registry=registry)
+            time.sleep(0.25)
+        end = datetime.now(UTC)
+        time.sleep(1.5)  # the last push scraped
+        yield server, start + timedelta(seconds=3), end  # 3 s in: rate() has a full range behind it
+    finally:
+        server.cleanup()
+        gateway.cleanup()
+
+
+def test_cluster_figures_are_the_fed_rates_of_the_runs_pods_only(
+    fed: tuple[Prometheus, datetime, datetime],
+) -> None:
+    server, start, end = fed
+    block = promq.query_resources(
+        start, end, experiment="exp-a", trial="t000", repetition=0, scope="cluster", url=server.url, rate="3s"
+    )
+    assert block["available"] is True, block
+    figures = block["figures"]
+    # Master 1.5 + Worker 0.5 cores; not repetition 1's 3.0, not exp-b's 7.0, not POD/"" cgroups.
+    assert figures["cpu_cores"]["mean"] == pytest.approx(2.0, rel=0.15), figures["cpu_cores"]
+    assert figures["cpu_throttling_ratio"]["mean"] == pytest.approx(0.1, rel=0.15)
+    assert 2e9 < figures["memory_working_set_bytes"]["max"] < 2 * (1e9 + 1e8 * 9) + 1  # two pods, summed
+    assert figures["network_receive_bytes_per_second"]["mean"] == pytest.approx(2e6, rel=0.15)
+    assert figures["gpu_utilization_percent"]["mean"] == pytest.approx(80)
+    assert figures["gpu_memory_used_bytes"]["max"] == pytest.approx(2 * 1024 * 1048576)
+    assert set(block["missing"]) == {
+        "network_transmit_bytes_per_second",
+        "disk_read_bytes_per_second",
+        "disk_write_bytes_per_second",
+        "gpu_power_watts",
+    }
+    assert all(v == "no data in the window" for v in block["missing"].values())
+
+
+def test_another_repetition_sees_only_its_own_pod(fed: tuple[Prometheus, datetime, datetime]) -> None:
+    server, start, end = fed
+    block = promq.query_resources(
+        start, end, experiment="exp-a", trial="t000", repetition=1, scope="cluster", url=server.url, rate="3s"
+    )
+    assert block["figures"]["cpu_cores"]["mean"] == pytest.approx(3.0, rel=0.15)
+    namespaced = promq.query_resources(
+        start, end, experiment="exp-a", trial="t000", repetition=1, scope="cluster", url=server.url,
+        rate="3s", namespace="elsewhere",
+    )  # fmt: skip
+    assert namespaced["available"] is False and "cpu_cores" in namespaced["missing"]
+
+
+def test_reporter_waits_for_a_just_finished_run_to_be_scraped_but_not_forever(
+    fed: tuple[Prometheus, datetime, datetime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, _start, _end = fed
+    monkeypatch.setenv(SETTLE_ENV, "3")
+    now = datetime.now(UTC)
+    ids = {"experiment": "never-ran", "trial": "t000", "repetition": 0, "executor": "kubernetes"}
+    began = time.monotonic()
+    block = query_run(server.url, (now - timedelta(seconds=5), now - timedelta(seconds=1)), **ids)  # type: ignore[arg-type]
+    waited = time.monotonic() - began
+    assert block["reason"] == promq.NO_DATA and 1.5 <= waited < 10, (
+        waited
+    )  # asked again until 3 s after the end
+    began = time.monotonic()
+    query_run(server.url, (now - timedelta(seconds=60), now - timedelta(seconds=50)), **ids)  # type: ignore[arg-type]
+    assert time.monotonic() - began < 1.5  # long over: no waiting

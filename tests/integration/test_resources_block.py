@@ -1,0 +1,156 @@
+"""The per-run resources block: stored once, read back by reruns, versioned, and never fatal to a report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from kaliper.errors import SchemaVersionError
+from kaliper.local.runner import run_spec
+from kaliper.monitoring.sampler import LocalSampler
+from kaliper.reporter import load_experiment, write_report
+from kaliper.reporter.resources import run_window
+from kaliper.spec import load_spec
+from kaliper.storage import layout, open_storage
+from prom_services import free_port
+
+pytestmark = pytest.mark.timeout(300)
+
+SPEC = """\
+name: res-block
+workload: {name: pi-matmul, params: {dtype: float32, device: cpu, threads: 1, matrix_size: 48}}
+repetitions: 2
+sampling: {warmup: 1, target_rel_ci: 0.0001, min_samples: 6, max_samples: 100000, max_time: 1s}
+job: {kind: PyTorchJob, replicas: {Master: 1}, image: ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0, resources: {cpu: "1"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """One real local run without Prometheus (local sampling stored), shared by the tests as a template."""
+    base = tmp_path_factory.mktemp("resources")
+    spec = base / "spec.yaml"
+    spec.write_text(SPEC)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("KALIPER_PROMETHEUS", raising=False)
+        mp.delenv("KALIPER_PUSHGATEWAY", raising=False)
+        result = run_spec(load_spec(spec), f"file://{base / 'store'}")
+    assert not result.failed
+    yield base / "store", result.experiment_id
+
+
+@pytest.fixture
+def copy(finished: tuple[Path, str], tmp_path: Path) -> tuple[Path, str]:
+    root, experiment = finished
+    shutil.copytree(root, tmp_path / "store")
+    return tmp_path / "store", experiment
+
+
+def dead_prometheus() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def test_local_sampling_is_stored_per_run_and_reported(copy: tuple[Path, str]) -> None:
+    root, experiment = copy
+    for rep in (0, 1):
+        doc = json.loads((root / layout.resources_key(experiment, "t000", rep)).read_text())
+        assert doc["schema"] == "kaliper.resources/v1" and doc["source"] == "local-sampler"
+        assert doc["repetition"] == rep and doc["figures"]["cpu_cores"]["mean"] > 0
+    summary = json.loads((root / layout.report_key(experiment, "summary.json")).read_text())
+    assert [r["resources"]["source"] for r in summary["trials"][0]["runs"]] == ["local-sampler"] * 2
+
+
+def test_rerun_reads_stored_resources_instead_of_asking_prometheus(
+    copy: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, experiment = copy
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    monkeypatch.setenv("KALIPER_PROMETHEUS", dead_prometheus())  # asking would give "unreachable"
+    write_report(open_storage(f"file://{root}"), experiment)  # would raise if any report byte changed
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_prometheus_down_is_stored_once_and_the_report_still_written(
+    copy: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, experiment = copy
+    shutil.rmtree(root / layout.report_key(experiment, ""))
+    for rep in (0, 1):
+        (root / layout.resources_key(experiment, "t000", rep)).unlink()
+    url = dead_prometheus()
+    monkeypatch.setenv("KALIPER_PROMETHEUS", url)
+    paths = write_report(open_storage(f"file://{root}"), experiment)
+    runs = paths.summary_document["trials"][0]["runs"]  # type: ignore[index]
+    for run in runs:
+        assert run["resources"]["available"] is False and url in run["resources"]["reason"]
+        assert run["status"] in ("ok", "not_converged")
+    stored = json.loads((root / layout.resources_key(experiment, "t000", 0)).read_text())
+    assert stored["available"] is False and stored["source"] == "prometheus"
+    report = (root / layout.report_key(experiment, "report.md")).read_text()
+    assert f"- Resources unavailable for all runs: Prometheus at {url}" in report
+    # Prometheus "back" (or not): the rerun reads what was stored and gives the same report.
+    monkeypatch.delenv("KALIPER_PROMETHEUS")
+    write_report(open_storage(f"file://{root}"), experiment)
+
+
+def test_no_prometheus_and_nothing_stored_says_so(
+    copy: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, experiment = copy
+    (root / layout.resources_key(experiment, "t000", 1)).unlink()
+    monkeypatch.delenv("KALIPER_PROMETHEUS", raising=False)
+    run = load_experiment(open_storage(f"file://{root}"), experiment).trials[0].runs[1]
+    assert run.resources is None
+    shutil.rmtree(root / layout.report_key(experiment, ""))
+    paths = write_report(open_storage(f"file://{root}"), experiment)
+    runs = paths.summary_document["trials"][0]["runs"]  # type: ignore[index]
+    assert runs[0]["resources"]["source"] == "local-sampler"
+    assert "no Prometheus configured" in runs[1]["resources"]["reason"]
+    assert not (root / layout.resources_key(experiment, "t000", 1)).exists()  # nothing asked, nothing stored
+
+
+def test_unknown_resources_schema_is_refused_with_the_file_named(copy: tuple[Path, str]) -> None:
+    root, experiment = copy
+    path = root / layout.resources_key(experiment, "t000", 0)
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "schema": "kaliper.resources/v9"}))
+    with pytest.raises(SchemaVersionError, match=r"kaliper\.resources/v9") as info:
+        load_experiment(open_storage(f"file://{root}"), experiment)
+    assert str(path) in str(info.value)
+
+
+def test_resources_json_is_not_taken_for_a_result_record(copy: tuple[Path, str]) -> None:
+    root, experiment = copy
+    run = load_experiment(open_storage(f"file://{root}"), experiment).trials[0].runs[0]
+    assert [f"{r.ids.replica_type}-{r.ids.replica_index}" for r in run.records] == ["Master-0"]
+
+
+def test_run_window_prefers_the_measurement_then_the_job() -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    t1, t2, t3 = (t0 + timedelta(seconds=s) for s in (1, 2, 3))
+    assert run_window(t1, t2, {"running": t0, "finished": t3}) == (t1, t2)
+    assert run_window(None, None, {"created": t0, "running": t1, "finished": t3}) == (t1, t3)
+    assert run_window(None, None, {"created": t0, "running": None, "finished": t2}) == (t0, t2)
+    assert run_window(None, None, {"running": t1, "finished": None}) is None
+    assert run_window(t2, t1, None) is None  # a backwards window is no window
+
+
+def test_sampler_summary_keeps_the_readings_of_the_window() -> None:
+    sampler = LocalSampler(interval_s=1.0)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    sampler.started, sampler.finished = t0, t0 + timedelta(seconds=10)
+    sampler.times = [t0 + timedelta(seconds=s) for s in range(1, 11)]
+    sampler.cores = [0.1] * 3 + [1.0] * 4 + [0.1] * 3  # busy from 3 s to 7 s
+    sampler.rss = [100] * 10
+    sampler.read_rate = sampler.write_rate = [0.0] * 10
+    block = sampler.summary(t0 + timedelta(seconds=3), t0 + timedelta(seconds=6.5))
+    cores = block["figures"]["cpu_cores"]
+    assert cores["points"] == 4 and cores["mean"] == pytest.approx(1.0)  # readings at 4, 5, 6, 7 s
+    assert block["window"]["start"] == (t0 + timedelta(seconds=3)).isoformat()
+    whole = sampler.summary()
+    assert whole["figures"]["cpu_cores"]["points"] == 10

@@ -6,6 +6,7 @@ Use from a test module: `from prom_services import Pushgateway, Prometheus`. A m
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import IO
@@ -144,3 +146,16 @@ class Prometheus(Service):
             f"--storage.tsdb.path={self.dir / 'data'}",
             f"--web.listen-address={self.address}",
         ]
+
+    def wait_scraping(self, job: str = "pushgateway", timeout_s: float = 30.0) -> None:
+        """Block until the first successful scrape of `job`: Prometheus scrapes a new target only some
+        time after it starts, and what was pushed before that is never seen (a run measured in that
+        gap would have no data in Prometheus at all)."""
+        query = urllib.parse.urlencode({"query": f'up{{job="{job}"}} == 1'})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"{self.url}/api/v1/query?{query}", timeout=5) as response:
+                if json.loads(response.read())["data"]["result"]:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"Prometheus did not scrape job {job!r} within {timeout_s} s:\n{self.log()}")

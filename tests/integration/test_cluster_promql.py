@@ -10,10 +10,7 @@ the rates that were fed in.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -79,18 +76,6 @@ class ClusterLike(Collector):
         yield from (cpu, periods, throttled, memory, rx, pod_labels, gpu_util, gpu_mem)
 
 
-def wait_for_first_scrape(server: Prometheus, timeout_s: float = 30) -> None:
-    """Prometheus scrapes a new target only some time after it starts: feed the clock after that."""
-    query = urllib.parse.urlencode({"query": 'up{job="pushgateway"} == 1'})
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with urllib.request.urlopen(f"{server.url}/api/v1/query?{query}", timeout=5) as response:
-            if json.loads(response.read())["data"]["result"]:
-                return
-        time.sleep(0.2)
-    raise AssertionError(f"Prometheus did not scrape the Pushgateway in {timeout_s} s")
-
-
 @pytest.fixture(scope="module")
 def fed() -> Iterator[tuple[Prometheus, datetime, datetime]]:
     gateway = Pushgateway()
@@ -98,7 +83,7 @@ def fed() -> Iterator[tuple[Prometheus, datetime, datetime]]:
     server = Prometheus(gateway)
     server.start()
     try:
-        wait_for_first_scrape(server)
+        server.wait_scraping()
         start = datetime.now(UTC)
         began = time.monotonic()
         while (elapsed := time.monotonic() - began) < 9:

@@ -45,6 +45,7 @@ def pushgateway() -> Iterator[Pushgateway]:
 def prometheus(pushgateway: Pushgateway) -> Iterator[Prometheus]:
     server = Prometheus(pushgateway)
     server.start()
+    server.wait_scraping()
     yield server
     server.cleanup()
 

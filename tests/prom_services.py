@@ -1,6 +1,7 @@
 """Real Prometheus and Pushgateway servers for tests, on 127.0.0.1, free ports, temp dirs, stopped by PID.
 
-Use from a test module: `from prom_services import Pushgateway, Prometheus`. A missing binary calls
+Use from a test module: `from prom_services import Pushgateway, Prometheus` (and the module-scoped
+`pushgateway`/`prometheus` fixtures, imported by name). A missing binary calls
 `skip_or_fail` (a skip on a laptop, a failure under KALIPER_REQUIRE_SERVICES=1).
 """
 
@@ -16,8 +17,11 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+import pytest
 
 from conftest import skip_or_fail
 
@@ -159,3 +163,22 @@ class Prometheus(Service):
                     return
             time.sleep(0.2)
         raise RuntimeError(f"Prometheus did not scrape job {job!r} within {timeout_s} s:\n{self.log()}")
+
+
+# Module-scoped fixtures `pushgateway` and `prometheus` (it scrapes that Pushgateway); a test module registers
+# them with `from prom_services import prometheus_fixture, pushgateway_fixture`.
+@pytest.fixture(name="pushgateway", scope="module")
+def pushgateway_fixture() -> Iterator[Pushgateway]:
+    server = Pushgateway()
+    server.start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(name="prometheus", scope="module")
+def prometheus_fixture(pushgateway: Pushgateway) -> Iterator[Prometheus]:
+    server = Prometheus(pushgateway)
+    server.start()
+    server.wait_scraping()
+    yield server
+    server.cleanup()

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -27,27 +26,17 @@ from kaliper.monitoring.sampler import LocalSampler
 from kaliper.results.record import load_record
 from kaliper.storage import layout
 from kaliper.workloads.sampling import SamplingRule, collect, observe_samples
-from prom_services import Prometheus, Pushgateway, find_binary, free_port
+from prom_services import (  # noqa: F401 - the fixtures register themselves
+    Prometheus,
+    Pushgateway,
+    find_binary,
+    free_port,
+    prometheus_fixture,
+    pushgateway_fixture,
+)
 
 pytestmark = pytest.mark.timeout(120)
 KEY = {"experiment": "mon-exp", "trial": "t-000", "repetition": "0", "replica": "master-0"}
-
-
-@pytest.fixture(scope="module")
-def pushgateway() -> Iterator[Pushgateway]:
-    server = Pushgateway()
-    server.start()
-    yield server
-    server.cleanup()
-
-
-@pytest.fixture(scope="module")
-def prometheus(pushgateway: Pushgateway) -> Iterator[Prometheus]:
-    server = Prometheus(pushgateway)
-    server.start()
-    server.wait_scraping()
-    yield server
-    server.cleanup()
 
 
 def group_lines(gateway: Pushgateway, experiment: str) -> list[str]:

@@ -17,7 +17,6 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,12 @@ from conftest import CliRunner
 from kaliper.results.record import load_record
 from kaliper.storage import layout
 from kaliper.workloads.runtime import RESULT_LINE_PREFIX
-from prom_services import Prometheus, Pushgateway
+from prom_services import (  # noqa: F401 - the fixtures register themselves
+    Prometheus,
+    Pushgateway,
+    prometheus_fixture,
+    pushgateway_fixture,
+)
 from s3_server import S3Server, s3_server_fixture  # noqa: F401 - registers the `s3_server` fixture
 from tcp_proxy import TcpProxy
 
@@ -51,23 +55,6 @@ FAST_PUSH = {
     # 127.0.0.1; share the host's network instead.
     "KALIPER_LOCAL_NETWORK": "host",
 }
-
-
-@pytest.fixture(scope="module")
-def pushgateway() -> Iterator[Pushgateway]:
-    server = Pushgateway()
-    server.start()
-    yield server
-    server.cleanup()
-
-
-@pytest.fixture(scope="module")
-def prometheus(pushgateway: Pushgateway) -> Iterator[Prometheus]:
-    server = Prometheus(pushgateway)
-    server.start()
-    server.wait_scraping()
-    yield server
-    server.cleanup()
 
 
 def prom_query(server: Prometheus, promql: str) -> list[dict[str, Any]]:

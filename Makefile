@@ -8,9 +8,9 @@ SPEC ?= examples/quickstart.yaml
 PYTEST_ARGS ?=
 
 # Real services the tests talk to: Debian's prometheus + prometheus-pushgateway (promtool comes with
-# prometheus) and an S3-compatible server, moto_server, in its own venv (its botocore pins must not
-# constrain Kaliper's dependencies). Without them the service tests skip, or fail under
-# KALIPER_REQUIRE_SERVICES=1 (CI).
+# prometheus), Debian's chromium (headless, loads report.html) and an S3-compatible server, moto_server,
+# in its own venv (its botocore pins must not constrain Kaliper's dependencies). Without them the
+# service tests skip, or fail under KALIPER_REQUIRE_SERVICES=1 (CI).
 MOTO_VENV ?= .venv-moto
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -38,6 +38,10 @@ services: $(MOTO_VENV)/bin/moto_server
 	elif command -v apt-get >/dev/null; then \
 		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends prometheus prometheus-pushgateway; \
 	else echo "warning: no apt-get: install prometheus and prometheus-pushgateway yourself, or their tests skip"; fi
+	@if command -v chromium >/dev/null; then :; \
+	elif command -v apt-get >/dev/null; then \
+		$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; \
+	else echo "warning: no apt-get: install chromium yourself, or the report.html browser test skips"; fi
 
 $(MOTO_VENV)/bin/moto_server:
 	$(PYTHON) -m venv $(MOTO_VENV)

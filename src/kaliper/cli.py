@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kaliper import __version__, cli_cluster
+from kaliper import __version__, cli_cluster, cli_compare, cli_dashboards, cli_history
 from kaliper.errors import InputError, KaliperError, RunsFailedError
 
 HEADLINE_METRICS = ("images_per_s_total", "images_per_s", "gflops")
@@ -216,6 +216,9 @@ def list_workloads() -> None:
 
 
 cli_cluster.register(app)
+cli_compare.register(app)
+cli_dashboards.register(app)
+cli_history.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

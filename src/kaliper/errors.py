@@ -66,3 +66,9 @@ class WorkloadError(KaliperError):
 
 class ClusterError(KaliperError):
     """The Kubernetes API could not be reached or refused a request (kubeconfig, RBAC, missing CRDs)."""
+
+
+class RegressionFound(KaliperError):
+    """`kaliper compare` found at least one significant slowdown (verdict `slower`) of B against A."""
+
+    exit_code = 3

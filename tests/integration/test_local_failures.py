@@ -23,7 +23,7 @@ from kaliper.results.record import ResultRecord, load_record
 pytestmark = pytest.mark.slow
 
 IMAGE = "ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0"
-REPORT_FILES = ("summary.json", "results.csv", "report.md")
+REPORT_FILES = ("summary.json", "results.csv", "report.md", "report.html")
 
 # A template of one container per replica type; `containers` maps replica type -> container fields
 # (command, args, and `extra_env`: variables added to Kaliper's own).

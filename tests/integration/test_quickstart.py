@@ -71,7 +71,7 @@ def test_storage_layout_is_complete(quickstart: dict[str, Any]) -> None:
             assert (run / "master-0.json").is_file()
             assert "record:" in (run / "logs" / "master-0.stderr.log").read_text()
             assert (run / "logs" / "master-0.stdout.log").is_file()
-    for name in ("summary.json", "results.csv", "report.md"):
+    for name in ("summary.json", "results.csv", "report.md", "report.html"):
         assert (root / "report" / name).is_file()
     assert not list(root.rglob("*.tmp")), "temp files left behind"
 

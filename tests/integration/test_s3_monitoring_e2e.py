@@ -100,7 +100,9 @@ def test_run_on_s3_with_monitoring_stores_everything_and_reports_prometheus_reso
             f"{run}/logs/master-0.stdout.log",
             f"{run}/logs/master-0.stderr.log",
         }
-    expected |= {f"{base}/report/{name}" for name in ("summary.json", "results.csv", "report.md")}
+    expected |= {
+        f"{base}/report/{name}" for name in ("summary.json", "results.csv", "report.md", "report.html")
+    }
     assert expected <= set(keys), sorted(expected - set(keys))
     client = s3_server.client()
     for key in keys:  # every object whole: each JSON document parses
@@ -135,11 +137,25 @@ def test_run_on_s3_with_monitoring_stores_everything_and_reports_prometheus_reso
     report = client.get_object(s3_server.bucket, f"{base}/report/report.md").read().decode()
     assert "## Resource use" in report and "| prometheus |" in report
 
-    # Groups are deleted after the run (live and process exporter), so nothing stays in the gateway.
+    # The live and process-exporter groups are deleted after each run; the report's summary groups stay
+    # (job kaliper-report: the latest result per fingerprint, for Grafana), with the report's figures.
+    def run_lines() -> list[str]:
+        return [
+            line
+            for line in pushgateway.metrics_text().splitlines()
+            if experiment in line and not line.startswith(("kaliper_result_", "kaliper_report_"))
+        ]
+
     deadline = time.monotonic() + 10
-    while experiment in pushgateway.metrics_text() and time.monotonic() < deadline:
+    while run_lines() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert experiment not in pushgateway.metrics_text()
+    assert run_lines() == []
+    medians = {
+        line.split('trial="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in pushgateway.metrics_text().splitlines()
+        if line.startswith("kaliper_result_median{") and experiment in line and 'metric="gflops"' in line
+    }
+    assert medians == {t["trial"]: t["metrics"]["gflops"]["median"] for t in summary["trials"]}
 
     # A second reporter pass reads resources.json back instead of asking again: identical report.
     again = kaliper("report", experiment, "--storage", url, env={**env, "KALIPER_PROMETHEUS": ""})

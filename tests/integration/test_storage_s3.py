@@ -327,7 +327,7 @@ def test_kaliper_run_writes_every_object_to_the_bucket(
             f"{run}/logs/master-0.stdout.log",
             f"{run}/logs/master-0.stderr.log",
         }
-    for name in ("summary.json", "results.csv", "report.md"):  # no report.html in this version
+    for name in ("summary.json", "results.csv", "report.md", "report.html"):
         expected.add(f"{base}/report/{name}")
     assert expected <= set(keys), sorted(expected - set(keys))
     assert not [k for k in keys if k.endswith(".tmp")]

@@ -13,7 +13,7 @@ import pytest
 
 from kaliper.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.errors import InputError, SchemaVersionError
-from kaliper.results.record import RESULT_SCHEMA, ResultRecord, load_record
+from kaliper.results.record import RESULT_SCHEMA, RecordLoader, ResultRecord, load_record
 from kaliper.workloads import get_workload
 from kaliper.workloads.runtime import RunIdentity, build_record, failure_record
 from kaliper.workloads.sampling import SamplingRule, collect
@@ -351,3 +351,42 @@ def test_collect_keeps_warmup_separate() -> None:
     assert all(v == 1000 for v in result.timed_ns)
     assert calls == [*warm, *result.timed_ns]
     assert result.started <= result.warmup_done <= result.finished
+
+
+def test_record_loader_equals_load_record_and_shares_stacks(measured_record: ResultRecord) -> None:
+    data = measured_record.to_json_bytes()
+    other = record_dict(measured_record)
+    other["ids"]["repetition"] = 1
+    other["hardware"]["hostname"] = "another-host"
+    loader = RecordLoader()
+    first = loader.load(data, "a.json")
+    second = loader.load(json.dumps(other).encode(), "b.json")
+    assert first == load_record(data, "a.json")
+    assert first.to_json_bytes() == data
+    assert first.stack is second.stack  # one validated Stack for both records
+    assert first.hardware is not second.hardware and second.hardware.hostname == "another-host"
+    changed = record_dict(measured_record)
+    changed["stack"]["packages"] = changed["stack"]["packages"][:-1]
+    assert (
+        loader.load(json.dumps(changed).encode(), "c.json").stack is not first.stack
+    )  # not equal: not shared
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.update(schema="kaliper.result/v9"), "unsupported schema 'kaliper.result/v9'"),
+        (lambda d: d["hardware"].update(arch=7), "hardware.arch"),
+        (lambda d: d["stack"].update(unknown=1), "stack.unknown"),
+    ],
+)
+def test_record_loader_errors_are_load_records(
+    measured_record: ResultRecord, mutate: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    document = record_dict(measured_record)
+    mutate(document)
+    with pytest.raises(SchemaVersionError, match=r"bad\.json") as info:
+        RecordLoader().load(json.dumps(document).encode(), "bad.json")
+    assert message in str(info.value)
+    with pytest.raises(SchemaVersionError, match=r"bad\.json"):
+        RecordLoader().load(b"{not json", "bad.json")

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kaliper.reporter.aggregate import ExperimentResult, load_experiment
+from kaliper.reporter.html import report_html
 from kaliper.reporter.outputs import SUMMARY_SCHEMA, report_markdown, results_csv, summary_document
+from kaliper.reporter.push_summary import push_summary
 from kaliper.reporter.resources import attach_resources
 from kaliper.storage import Storage, dump_json, layout
 
@@ -27,9 +29,11 @@ def write_report(storage: Storage, experiment_id: str) -> ReportPaths:
         "summary.json": dump_json(document),
         "results.csv": results_csv(result).encode(),
         "report.md": report_markdown(result).encode(),
+        "report.html": report_html(result).encode(),
     }
     for name, data in files.items():
         storage.put(layout.report_key(experiment_id, name), data)
+    push_summary(result)  # only when a Pushgateway is configured; never fails the report
     where = {name: storage.location(layout.report_key(experiment_id, name)) for name in files}
     return ReportPaths(where["summary.json"], where["results.csv"], where["report.md"], document)
 

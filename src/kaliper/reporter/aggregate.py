@@ -17,8 +17,8 @@ from kaliper.configurator.jobs import primary_replica
 from kaliper.documents import LAUNCH_SCHEMA, ExperimentDoc, LaunchDoc, TrialDoc, load_versioned
 from kaliper.errors import InputError
 from kaliper.reporter.resources import load_resources
-from kaliper.results.record import ResultRecord, load_record
-from kaliper.statistics import hierarchical_bootstrap_median
+from kaliper.results.record import RecordLoader, ResultRecord, load_record
+from kaliper.statistics import TrialStats, trial_stats
 from kaliper.storage import Storage, layout
 from kaliper.workloads.runtime import RESULT_LINE_PREFIX
 
@@ -55,6 +55,7 @@ class TrialMetric:
     ci_level: float
     n_runs: int
     n_samples: int
+    stats: TrialStats | None = None  # variance components and the Kalibera & Jones advice
 
 
 @dataclass
@@ -67,6 +68,11 @@ class TrialResult:
     def counts(self) -> dict[str, int]:
         statuses = [r.status for r in self.runs]
         return {s: statuses.count(s) for s in ("ok", "not_converged", "failed", "timeout", "missing")}
+
+    @property
+    def first_record(self) -> ResultRecord | None:
+        """The first measured run's primary record: the trial's stack and hardware."""
+        return next((r.primary for r in self.runs if r.measured and r.primary is not None), None)
 
     @property
     def status(self) -> str:
@@ -131,7 +137,9 @@ def _recover_from_logs(
     return found
 
 
-def _load_run(storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys: set[str]) -> RunResult:
+def _load_run(
+    storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys: set[str], loader: RecordLoader
+) -> RunResult:
     """One run from its own keys (those under its runs/<repetition>/ prefix)."""
     launch = None
     launch_key = layout.launch_key(exp, trial.id, repetition)
@@ -149,7 +157,7 @@ def _load_run(storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys
         and k.endswith(".json")
         and k not in (launch_key, resources_key)
     )
-    records = [load_record(storage.get(k), storage.location(k)) for k in record_keys]
+    records = [loader.load(storage.get(k), storage.location(k)) for k in record_keys]
     measured = {_replica_name(r) for r in records if r.recorded_by == "workload"}
     recovered = _recover_from_logs(storage, exp, trial, repetition, keys, measured)
     # A recovered record replaces the executor's "exited without a record" stand-in for that replica.
@@ -202,23 +210,25 @@ def _trial_metrics(runs: list[RunResult]) -> dict[str, TrialMetric]:
         per_run = [
             r.primary.metrics[name].values for r in measured if r.primary and name in r.primary.metrics
         ]
-        median, low, high = hierarchical_bootstrap_median(per_run, meta.summary.ci_level)
+        stats = trial_stats(per_run, meta.summary.ci_level)  # the hierarchical bootstrap, once
         metrics[name] = TrialMetric(
             unit=meta.unit,
             direction=meta.direction,
             formula=meta.formula,
-            median=median,
-            ci_low=low,
-            ci_high=high,
+            median=stats.median,
+            ci_low=stats.ci_low,
+            ci_high=stats.ci_high,
             ci_level=meta.summary.ci_level,
             n_runs=len(per_run),
             n_samples=int(np.sum([len(v) for v in per_run])),
+            stats=stats,
         )
     return metrics
 
 
 def load_experiment(storage: Storage, experiment_id: str) -> ExperimentResult:
     experiment = read_experiment(storage, experiment_id)
+    loader = RecordLoader()  # records share stacks and hardware: validated once, held once
     # One listing, grouped by run, so each run looks only at its own keys (linear in the experiment).
     by_run: dict[tuple[str, str], set[str]] = {}
     depth = len(layout.experiment_prefix(experiment_id).split("/"))  # then trials/<trial>/runs/<rep>/...
@@ -230,7 +240,7 @@ def load_experiment(storage: Storage, experiment_id: str) -> ExperimentResult:
     for trial_id in experiment.trials:
         doc = read_trial(storage, experiment_id, trial_id)
         runs = [
-            _load_run(storage, experiment_id, doc, rep, by_run.get((trial_id, str(rep)), set()))
+            _load_run(storage, experiment_id, doc, rep, by_run.get((trial_id, str(rep)), set()), loader)
             for rep in range(experiment.repetitions)
         ]
         trials.append(TrialResult(doc, runs, _trial_metrics(runs)))

@@ -10,7 +10,9 @@ import csv
 import io
 from typing import Any
 
-from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult, run_medians
+from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialMetric, TrialResult, run_medians
+from kaliper.reporter.fingerprint import fingerprint, hardware_class
+from kaliper.statistics import run_stats
 
 SUMMARY_SCHEMA = "kaliper.summary/v1"
 CI_METHOD = "hierarchical-bootstrap"
@@ -35,16 +37,48 @@ def _run_summary(run: RunResult) -> dict[str, Any]:
         if run.launch
         else None,
         "resources": run.resources,
+        # Per metric: the run's spread (IQR, MAD-based jitter = 1.4826·MAD/|median|, CV).
+        "stats": {
+            name: {
+                "ci_low": rs.ci_low,
+                "ci_high": rs.ci_high,
+                "iqr": rs.iqr,
+                "jitter": rs.jitter,
+                "cv": rs.cv,
+            }
+            for name, metric in (primary.metrics.items() if primary and run.measured else ())
+            for rs in [run_stats(metric.values, metric.summary.ci_level)]
+        },
+    }
+
+
+def _trial_stats(metric: TrialMetric) -> dict[str, Any]:
+    """Variance components and what more effort should go to (Kalibera & Jones), when known."""
+    st = metric.stats
+    if st is None:
+        return {}
+    return {
+        "rel_ci_width": st.rel_ci_width,
+        "within_run_variance": st.within_var,
+        "between_run_variance": st.between_var,
+        "advice": st.advice,
+        "optimal_samples_per_run": st.optimal_samples_per_run,
     }
 
 
 def _trial_summary(trial: TrialResult) -> dict[str, Any]:
     counts = trial.counts
+    record = trial.first_record
     return {
         "trial": trial.doc.id,
         "params": trial.doc.params,
         "matrix_point": trial.doc.matrix_point,
         "stack": trial.doc.stack.model_dump(mode="json"),
+        # What `kaliper history` follows: null when nothing was measured.
+        "fingerprint": fingerprint(trial.doc, record) if record else None,
+        "stack_id": record.stack.id if record else None,
+        "image_digest": record.stack.image_digest if record else None,
+        "hardware": hardware_class(record) if record else None,
         "status": trial.status,
         # ok counts every measured run; not_converged is the part of ok that missed the CI target, so
         # planned = ok + failed + timeout + missing.
@@ -68,6 +102,7 @@ def _trial_summary(trial: TrialResult) -> dict[str, Any]:
                 "ci_method": CI_METHOD,
                 "n": m.n_runs,
                 "n_samples": m.n_samples,
+                **_trial_stats(m),
             }
             for name, m in trial.metrics.items()
         },

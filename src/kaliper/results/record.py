@@ -10,7 +10,8 @@ import json
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kaliper.documents import load_versioned
 
@@ -149,3 +150,44 @@ class ResultRecord(Model):
 def load_record(data: bytes | str | dict[str, Any], source: str) -> ResultRecord:
     """Parse a stored record, rejecting unknown schema versions with a message that says what to do."""
     return load_versioned(ResultRecord, RESULT_SCHEMA, data, source)
+
+
+class RecordLoader:
+    """Loads the many records of one experiment fast and small.
+
+    Records of one experiment mostly share their stack (about two thirds of a record's bytes: every
+    installed package) and hardware. Each distinct stack and hardware block is validated once and the
+    same instance is shared by every record that has it, and JSON is parsed with orjson: the reporter
+    reads 100,000 records this way in a fraction of the time and memory. The result is the same as
+    `load_record`'s; a record that does not validate is reported by `load_record` itself.
+    """
+
+    def __init__(self) -> None:
+        self._stacks: dict[bytes, Stack] = {}
+        self._hardware: dict[bytes, Hardware] = {}
+
+    def load(self, data: bytes, source: str) -> ResultRecord:
+        try:
+            document = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return load_record(data, source)  # says what is wrong, the usual way
+        if not isinstance(document, dict) or document.get("schema") != RESULT_SCHEMA:
+            return load_record(data, source)
+        try:
+            stack = document.get("stack")
+            if isinstance(stack, dict):
+                key = orjson.dumps(stack, option=orjson.OPT_SORT_KEYS)  # exact: shared only when equal
+                shared = self._stacks.get(key)
+                if shared is None:
+                    shared = self._stacks[key] = Stack.model_validate(stack)
+                document["stack"] = shared
+            hardware = document.get("hardware")
+            if isinstance(hardware, dict):
+                hkey = orjson.dumps(hardware, option=orjson.OPT_SORT_KEYS)
+                hw = self._hardware.get(hkey)
+                if hw is None:
+                    hw = self._hardware[hkey] = Hardware.model_validate(hardware)
+                document["hardware"] = hw
+            return ResultRecord.model_validate(document)
+        except ValidationError:
+            return load_record(data, source)

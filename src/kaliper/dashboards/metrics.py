@@ -1,0 +1,36 @@
+"""Names of the summary metrics the reporter pushes after each report (job `kaliper-report`).
+
+This module imports nothing but the standard library, so the pusher can import the names without the
+Grafana SDK. The "Kaliper / Results" dashboard (`kaliper.dashboards.build`) reads exactly these:
+
+- `kaliper_result_median`, `kaliper_result_ci_low`, `kaliper_result_ci_high`, `kaliper_result_runs`
+  (gauges) with the labels `RESULT_LABELS`: one series per result (trial x metric) of a report.
+- `kaliper_result_verdict` (gauge, 1) with the labels `VERDICT_LABELS`; `verdict` is one of `VERDICTS`
+  (reserved: the reporter does not push verdicts yet, so the dashboard's verdict panel stays empty).
+- `kaliper_report_timestamp_seconds` (gauge, Unix time the reported experiment was created, so a rerun
+  of the reporter pushes the same value) with the labels `REPORT_LABELS`.
+"""
+
+from __future__ import annotations
+
+SUMMARY_JOB = "kaliper-report"
+
+RESULT_MEDIAN = "kaliper_result_median"
+RESULT_CI_LOW = "kaliper_result_ci_low"
+RESULT_CI_HIGH = "kaliper_result_ci_high"
+RESULT_RUNS = "kaliper_result_runs"
+RESULT_VERDICT = "kaliper_result_verdict"
+REPORT_TIMESTAMP = "kaliper_report_timestamp_seconds"
+
+SUMMARY_METRICS = (
+    RESULT_MEDIAN,
+    RESULT_CI_LOW,
+    RESULT_CI_HIGH,
+    RESULT_RUNS,
+    RESULT_VERDICT,
+    REPORT_TIMESTAMP,
+)
+RESULT_LABELS = ("spec", "experiment", "trial", "fingerprint", "workload", "metric", "unit")
+VERDICT_LABELS = ("spec", "experiment", "fingerprint", "metric", "verdict")
+REPORT_LABELS = ("spec", "experiment")
+VERDICTS = ("faster", "slower", "equivalent", "inconclusive")

@@ -1,0 +1,266 @@
+"""`kaliper compare`: stack B (candidate) against stack A (baseline), trial by trial, metric by metric.
+
+Sides: `EXP` (a whole experiment) or `EXP:TRIAL` (one trial, e.g. `quickstart-...-1a2b:t001`). Both sides
+name experiments, or both name trials.
+
+Comparability (refused with NotComparableError, exit 2, saying why):
+- same workload name (the framework may differ: it is part of the stack being compared);
+- same hardware class: CPU model + logical cores + GPU models of every measured run's record;
+- experiments: trials are paired by their full parameters (the matrix point and every fixed parameter);
+  trials without a partner are listed as unpaired, and no pair at all is refused. Trials: the two trials'
+  parameters may differ (that difference is what is compared); the output names the differences.
+Each pair is compared on every metric both sides measured with the same unit and direction
+(kaliper.statistics.compare), with Benjamini-Hochberg over the whole family (adjust_family).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kaliper.errors import InputError, NotFoundError
+from kaliper.reporter.aggregate import ExperimentResult, TrialResult, load_experiment
+from kaliper.statistics import DEFAULT_ALPHA, DEFAULT_THRESHOLD, Comparison, adjust_family, compare
+from kaliper.storage import Storage
+
+COMPARE_SCHEMA = "kaliper.compare/v1"
+
+
+class NotComparableError(InputError):
+    """The two sides cannot be compared (different workload, hardware, or no matching parameters)."""
+
+
+@dataclass(frozen=True)
+class Side:
+    experiment: str
+    trial: str | None
+
+    @property
+    def label(self) -> str:
+        return self.experiment if self.trial is None else f"{self.experiment}:{self.trial}"
+
+
+@dataclass
+class MetricComparison:
+    trial_a: str
+    trial_b: str
+    params: dict[str, Any]  # the parameters of the pair (A's), or only the differing ones for trials
+    metric: str
+    unit: str
+    comparison: Comparison
+
+
+@dataclass
+class CompareResult:
+    a: str
+    b: str
+    threshold: float
+    differing_params: dict[str, list[Any]]  # trial comparisons: name -> [A value, B value]
+    comparisons: list[MetricComparison]
+    unpaired: list[str] = field(default_factory=list)
+
+    @property
+    def slower(self) -> list[MetricComparison]:
+        return [c for c in self.comparisons if c.comparison.verdict == "slower"]
+
+
+def parse_side(text: str) -> Side:
+    experiment, sep, trial = text.partition(":")
+    if not experiment or (sep and not trial):
+        raise InputError(f"{text!r}: expected EXPERIMENT or EXPERIMENT:TRIAL (e.g. my-exp-...:t001)")
+    return Side(experiment, trial or None)
+
+
+def _hardware_classes(result: ExperimentResult, trials: list[TrialResult]) -> set[str]:
+    classes = set()
+    for trial in trials:
+        for run in trial.runs:
+            if run.measured and run.primary is not None:
+                hw = run.primary.hardware
+                gpus = sorted(str(g.get("model") or g.get("name") or "?") for g in hw.gpus)
+                classes.add(f"{hw.cpu_model} × {hw.logical_cores} logical cores; GPUs: {gpus or 'none'}")
+    return classes
+
+
+def _per_run_values(trial: TrialResult, metric: str) -> list[list[float]]:
+    return [
+        list(r.primary.metrics[metric].values)
+        for r in trial.runs
+        if r.measured and r.primary is not None and metric in r.primary.metrics
+    ]
+
+
+def _pick_trial(result: ExperimentResult, side: Side) -> list[TrialResult]:
+    if side.trial is None:
+        return result.trials
+    found = [t for t in result.trials if t.doc.id == side.trial]
+    if not found:
+        known = ", ".join(t.doc.id for t in result.trials)
+        raise NotFoundError(f"{side.label}: no trial {side.trial!r} in {side.experiment} (trials: {known})")
+    return found
+
+
+def _key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def compare_experiments(
+    storage_a: Storage,
+    a: str,
+    storage_b: Storage,
+    b: str,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+) -> CompareResult:
+    side_a, side_b = parse_side(a), parse_side(b)
+    if (side_a.trial is None) != (side_b.trial is None):
+        raise InputError("give both sides as EXPERIMENT or both as EXPERIMENT:TRIAL")
+    result_a = load_experiment(storage_a, side_a.experiment)
+    result_b = load_experiment(storage_b, side_b.experiment)
+    name_a = result_a.experiment.workload.get("name")
+    name_b = result_b.experiment.workload.get("name")
+    if name_a != name_b:
+        raise NotComparableError(
+            f"not comparable: {side_a.label} runs workload {name_a!r}, {side_b.label} {name_b!r}"
+        )
+    trials_a, trials_b = _pick_trial(result_a, side_a), _pick_trial(result_b, side_b)
+    hw_a, hw_b = _hardware_classes(result_a, trials_a), _hardware_classes(result_b, trials_b)
+    if len(hw_a | hw_b) > 1:
+        raise NotComparableError(
+            "not comparable: the runs were measured on different hardware classes "
+            f"({side_a.label}: {sorted(hw_a)}; {side_b.label}: {sorted(hw_b)})"
+        )
+    differing: dict[str, list[Any]] = {}
+    pairs: list[tuple[TrialResult, TrialResult]] = []
+    unpaired: list[str] = []
+    if side_a.trial is not None:
+        pa, pb = trials_a[0].doc.params, trials_b[0].doc.params
+        differing = {k: [pa.get(k), pb.get(k)] for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)}
+        pairs = [(trials_a[0], trials_b[0])]
+    else:
+        by_params = {_key(t.doc.params): t for t in trials_b}
+        for t in trials_a:
+            partner = by_params.pop(_key(t.doc.params), None)
+            if partner is None:
+                unpaired.append(f"{side_a.label}:{t.doc.id}")
+            else:
+                pairs.append((t, partner))
+        unpaired += [f"{side_b.label}:{t.doc.id}" for t in by_params.values()]
+        if not pairs:
+            pa, pb = trials_a[0].doc.params, trials_b[0].doc.params
+            diff = ", ".join(
+                f"{k}: {pa.get(k)!r} vs {pb.get(k)!r}"
+                for k in sorted(set(pa) | set(pb))
+                if pa.get(k) != pb.get(k)
+            )
+            raise NotComparableError(
+                f"not comparable: no trial of {side_a.label} has the same parameters as a trial of "
+                f"{side_b.label} (e.g. {trials_a[0].doc.id} vs {trials_b[0].doc.id}: {diff}); "
+                "to compare two trials whose parameters differ, name them as EXPERIMENT:TRIAL"
+            )
+    rows: list[MetricComparison] = []
+    for ta, tb in pairs:
+        shown = ta.doc.matrix_point if side_a.trial is None else {k: v[0] for k, v in differing.items()}
+        for metric, meta in ta.metrics.items():
+            other = tb.metrics.get(metric)
+            if other is None or other.unit != meta.unit or other.direction != meta.direction:
+                continue
+            runs_a, runs_b = _per_run_values(ta, metric), _per_run_values(tb, metric)
+            if not runs_a or not runs_b:
+                continue
+            result = compare(runs_a, runs_b, meta.direction, threshold=threshold, alpha=alpha)  # type: ignore[arg-type]
+            rows.append(MetricComparison(ta.doc.id, tb.doc.id, shown, metric, meta.unit, result))
+    if not rows:
+        raise NotComparableError(
+            f"nothing to compare: no metric was measured on both {side_a.label} and {side_b.label}"
+        )
+    adjusted = adjust_family([r.comparison for r in rows], alpha)
+    for row, comparison in zip(rows, adjusted, strict=True):
+        row.comparison = comparison
+    return CompareResult(side_a.label, side_b.label, threshold, differing, rows, unpaired)
+
+
+def compare_document(result: CompareResult) -> dict[str, Any]:
+    return {
+        "schema": COMPARE_SCHEMA,
+        "a": result.a,
+        "b": result.b,
+        "threshold": result.threshold,
+        "ratio_meaning": "> 1 means B is better (B/A for more_is_better, A/B for less_is_better)",
+        "differing_params": result.differing_params,
+        "unpaired": result.unpaired,
+        "comparisons": [
+            {
+                "trial_a": r.trial_a,
+                "trial_b": r.trial_b,
+                "params": r.params,
+                "metric": r.metric,
+                "unit": r.unit,
+                **asdict(r.comparison),
+            }
+            for r in result.comparisons
+        ],
+        "slower": len(result.slower),
+    }
+
+
+def _fmt(x: float | None) -> str:
+    return "–" if x is None else f"{x:.4g}"
+
+
+def table_rows(result: CompareResult) -> list[list[str]]:
+    rows = []
+    for r in result.comparisons:
+        c = r.comparison
+        point = ", ".join(f"{k}={v}" for k, v in r.params.items()) or "–"
+        rows.append(
+            [
+                r.trial_a if r.trial_a == r.trial_b else f"{r.trial_a} vs {r.trial_b}",
+                point,
+                f"{r.metric} ({r.unit}, {c.direction})",
+                _fmt(c.median_a),
+                _fmt(c.median_b),
+                f"{c.ratio:.4f} [{c.ci_low:.4f}, {c.ci_high:.4f}]",
+                f"{_fmt(c.p_value)} (adj {_fmt(c.p_adjusted)}, min {_fmt(c.min_p_value)})",
+                c.verdict,
+                c.note,
+            ]
+        )
+    return rows
+
+
+HEADERS = [
+    "trial",
+    "params",
+    "metric",
+    "median A",
+    "median B",
+    "ratio B vs A [95% CI]",
+    "p",
+    "verdict",
+    "why",
+]
+
+
+def compare_markdown(result: CompareResult) -> str:
+    lines = [
+        f"# Kaliper comparison: {result.b} (B) against {result.a} (A)",
+        "",
+        f"Ratio > 1 means B is better. Threshold ±{result.threshold:.1%}; Mann-Whitney U on run medians, "
+        "Benjamini-Hochberg over the comparisons.",
+        "",
+    ]
+    if result.differing_params:
+        lines += [
+            "Parameters that differ: "
+            + ", ".join(f"{k}: {a} → {b}" for k, (a, b) in result.differing_params.items()),
+            "",
+        ]
+    lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += [
+        "| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table_rows(result)
+    ]
+    if result.unpaired:
+        lines += ["", "Unpaired trials (no partner with the same parameters): " + ", ".join(result.unpaired)]
+    return "\n".join(lines) + "\n"

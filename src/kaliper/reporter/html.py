@@ -1,0 +1,468 @@
+"""report.html: one self-contained page (inline CSS, inline SVG plots, no network) for an experiment.
+
+A pure function of the stored documents, like the other report files: same input, same bytes. Every
+string from records and specs is escaped; a Content-Security-Policy allows no network fetches and only
+the page's own (hash-pinned) script, which marks `<body data-kaliper-ready="1">` once it ran.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult, run_medians
+from kaliper.reporter.outputs import summary_document
+from kaliper.reporter.plots import Box, BoxGroup, Point, bars_svg, distribution_svg, esc, num, scaling_svg
+
+KEY_PACKAGES = (
+    "torch",
+    "tensorflow",
+    "tensorflow-cpu",
+    "keras",
+    "jax",
+    "jaxlib",
+    "numpy",
+    "scipy",
+    "intel-extension-for-pytorch",
+    "onnxruntime",
+    "kaliper",
+)
+SCRIPT = "document.body.setAttribute('data-kaliper-ready', '1');"
+STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1200px;
+ padding:0 16px;color:#222}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+h3{font-size:15px}table{border-collapse:collapse;margin:8px 0 16px}
+th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f4f4f4}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+pre{background:#f6f6f6;padding:8px;overflow:auto;max-height:300px;white-space:pre-wrap}
+.st-ok{color:#176f2c}.st-failed,.st-timeout,.st-missing{color:#b00020;font-weight:600}
+.st-partial,.st-not_converged{color:#9a6700}.note{color:#555}figure{margin:8px 0 20px;overflow-x:auto}
+svg text{font:11px system-ui,sans-serif;fill:#333}svg .pt{text-anchor:middle;font-size:13px;font-weight:600}
+svg .yt{text-anchor:end}svg .xt,svg .gl{text-anchor:middle}svg .al{text-anchor:middle}
+svg .grid{stroke:#e6e6e6}svg .box{fill:#dfe9f5;stroke:#4a6a8a}svg .wh{stroke:#4a6a8a}
+svg .bm{stroke:#123;stroke-width:2}svg .pt-s{fill-opacity:.55}svg .med{stroke:#d62728;stroke-width:2}
+svg .ci{fill:#d62728;fill-opacity:.12}svg .mx{stroke:#222;stroke-width:2}svg .lg{fill:#555}
+"""
+
+
+def _table(header: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
+    """A table; `header` is plain text (escaped here), `rows` are HTML cells already escaped."""
+    numeric = numeric or set()
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>"
+        + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _status(status: str) -> str:
+    return f'<span class="st-{esc(status)}">{esc(status)}</span>'
+
+
+def _point(trial: TrialResult) -> str:
+    return ", ".join(f"{k}={v}" for k, v in trial.doc.matrix_point.items()) or trial.doc.stack.name
+
+
+def _header(result: ExperimentResult, summary: dict[str, Any]) -> list[str]:
+    exp, prov, runs = result.experiment, summary["provenance"], summary["runs"]
+    workload = exp.workload.get("name") or exp.workload.get("template")
+    items = [
+        ("Experiment", exp.id),
+        ("Spec", exp.spec_name),
+        ("Created", exp.created.isoformat()),
+        ("Kaliper", exp.kaliper_version),
+        ("Workload", f"{workload} ({exp.workload.get('framework')})"),
+        ("Matrix", f"{len(result.trials)} trial(s) × {exp.repetitions} repetition(s)"),
+        (
+            "Runs",
+            f"{runs['succeeded']} measured, {runs['failed']} failed, {runs['missing']} missing, "
+            f"of {runs['planned']}",
+        ),
+        ("Frameworks", ", ".join(prov["frameworks"]) or "–"),
+        ("Python", ", ".join(prov["python"]) or "–"),
+        ("Stack ids", ", ".join(prov["stack_ids"]) or "–"),
+        ("Hardware", f"{', '.join(prov['cpu_models']) or '–'} on {', '.join(prov['hosts']) or '–'}"),
+    ]
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in items)
+    return [f"<h1>Kaliper report: {esc(exp.id)}</h1>", f"<table>{rows}</table>"]
+
+
+def _results(result: ExperimentResult, metric_names: list[str], units: dict[str, str]) -> list[str]:
+    swept = list(result.experiment.matrix)
+    header = ["trial", *swept, "status", "ok runs", *(f"{n} ({units[n]})" for n in metric_names)]
+    rows = []
+    for t in result.trials:
+        ok = sum(1 for r in t.runs if r.measured)
+        cells = [esc(t.doc.id), *(esc(t.doc.matrix_point.get(k, "")) for k in swept), _status(t.status)]
+        cells.append(f"{ok}/{len(t.runs)}")
+        for n in metric_names:
+            m = t.metrics.get(n)
+            cells.append(f"{num(m.median)} [{num(m.ci_low)}, {num(m.ci_high)}]" if m else "–")
+        rows.append(cells)
+    first = len(swept) + 3
+    out = [
+        '<h2 id="results">Results</h2>',
+        '<p class="note">Median of the run medians [95% CI from a hierarchical bootstrap: runs, then samples '
+        "within runs].</p>",
+        _table(header, rows, set(range(first, first + 1 + len(metric_names)))),
+    ]
+    for t in result.trials:
+        params = ", ".join(f"{k}={v}" for k, v in t.doc.params.items()) or "–"
+        out.append(
+            f"<h3>Trial {esc(t.doc.id)}</h3><p>Parameters: {esc(params)}; stack {esc(t.doc.stack.name)}</p>"
+        )
+        run_rows = []
+        for r in t.runs:
+            medians = run_medians(r)
+            sampling = r.primary.sampling if r.primary else None
+            converged = "–" if sampling is None else ("yes" if sampling.converged else "no")
+            samples = len(r.primary.samples.timed) if r.primary and r.primary.samples else 0
+            run_rows.append(
+                [str(r.repetition), _status(r.status), converged, str(samples)]
+                + [esc(num(medians.get(n))) for n in metric_names]
+            )
+        header = ["repetition", "status", "converged", "samples", *(f"{n} median" for n in metric_names)]
+        out.append(_table(header, run_rows, set(range(3, 4 + len(metric_names)))))
+    return out
+
+
+def _distributions(result: ExperimentResult, metric_names: list[str], units: dict[str, str]) -> list[str]:
+    out = ['<h2 id="distributions">Distributions</h2>']
+    for name in metric_names:
+        groups = []
+        for t in result.trials:
+            boxes = [
+                Box(f"rep {r.repetition}", r.primary.metrics[name].values)
+                for r in t.runs
+                if r.measured and r.primary is not None and name in r.primary.metrics
+            ]
+            m = t.metrics.get(name)
+            groups.append(
+                BoxGroup(
+                    t.doc.id,
+                    boxes,
+                    m.median if m else None,
+                    m.ci_low if m else None,
+                    m.ci_high if m else None,
+                    _point(t),
+                )
+            )
+        label = f"{name} ({units[name]})"
+        out.append(f"<figure>{distribution_svg(f'{name}: samples per run', label, groups)}</figure>")
+    if not metric_names:
+        out.append('<p class="note">No measured run: nothing to plot.</p>')
+    return out
+
+
+def _numeric(values: list[Any]) -> bool:
+    return (
+        all(isinstance(v, int | float) and not isinstance(v, bool) for v in values) and len(set(values)) > 1
+    )
+
+
+def _scaling(result: ExperimentResult, metric_names: list[str], units: dict[str, str]) -> list[str]:
+    out = ['<h2 id="scaling">Scaling</h2>']
+    matrix = result.experiment.matrix
+    swept = [k for k, values in matrix.items() if _numeric(values)]
+    if not metric_names or not swept:
+        out.append(
+            '<p class="note">No numeric parameter is swept (or nothing was measured): no scaling plot.</p>'
+        )
+        return out
+    headline = metric_names[0]
+    stacks = {t.doc.stack.name for t in result.trials}
+    for param in swept:
+        series: dict[str, list[Point]] = {}
+        for t in result.trials:
+            m = t.metrics.get(headline)
+            x = t.doc.matrix_point.get(param)
+            if m is None or not isinstance(x, int | float):
+                continue
+            others = [f"{k}={v}" for k, v in t.doc.matrix_point.items() if k != param]
+            if len(stacks) > 1:
+                others.append(f"stack {t.doc.stack.name}")
+            series.setdefault(", ".join(others) or "all", []).append(
+                Point(float(x), m.median, m.ci_low, m.ci_high)
+            )
+        if series:
+            title = f"{headline} vs {param}: median and CI"
+            out.append(
+                f"<figure>{scaling_svg(title, param, f'{headline} ({units[headline]})', series)}</figure>"
+            )
+    return out
+
+
+def _comparison_cell(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if key == "trial" and value is None:
+        value = row.get("params")
+    if isinstance(value, dict):
+        value = ", ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, float):
+        return esc(num(value))
+    return esc("–" if value is None else value)
+
+
+def _comparisons(
+    result: ExperimentResult, metric_names: list[str], comparisons: list[dict[str, Any]] | None
+) -> list[str]:
+    out = ['<h2 id="comparison">Comparison</h2>']
+    if comparisons is not None:
+        header = [
+            "trial/params",
+            "metric",
+            "median A",
+            "median B",
+            "ratio",
+            "CI low",
+            "CI high",
+            "p",
+            "verdict",
+        ]
+        keys = ["trial", "metric", "median_a", "median_b", "ratio", "ci_low", "ci_high", "p", "verdict"]
+        rows = [[_comparison_cell(c, k) for k in keys] for c in comparisons]
+        out.append(_table(header, rows, {2, 3, 4, 5, 6, 7}))
+        return out
+    out.append(
+        '<p class="note">Ratio of medians only; see <code>kaliper compare</code> for CIs and verdicts. '
+        "Each trial against the first trial.</p>"
+    )
+    base = result.trials[0] if result.trials else None
+    rows = []
+    for t in result.trials[1:]:
+        for n in metric_names:
+            a, b = base.metrics.get(n) if base else None, t.metrics.get(n)
+            ratio = b.median / a.median if a and b and a.median else None
+            rows.append(
+                [
+                    esc(f"{t.doc.id} ({_point(t)}) vs {base.doc.id if base else '–'}"),
+                    esc(n),
+                    esc(num(a.median if a else None)),
+                    esc(num(b.median if b else None)),
+                    esc(num(ratio)),
+                ]
+            )
+    out.append(
+        _table(["trial/params", "metric", "median A", "median B", "ratio of medians"], rows, {2, 3, 4})
+        if rows
+        else '<p class="note">Only one trial: nothing to compare.</p>'
+    )
+    return out
+
+
+RESOURCE_COLUMNS = (
+    ("CPU cores mean", ("cpu_cores",), "mean", num),
+    ("CPU cores max", ("cpu_cores",), "max", num),
+    ("memory peak", ("memory_working_set_bytes", "memory_rss_bytes"), "max", None),
+    ("disk read/s", ("disk_read_bytes_per_second",), "mean", None),
+    ("disk write/s", ("disk_write_bytes_per_second",), "mean", None),
+    ("net rx/s", ("network_receive_bytes_per_second",), "mean", None),
+    ("GPU util %", ("gpu_utilization_percent",), "mean", num),
+    ("GPU power W", ("gpu_power_watts",), "mean", num),
+)
+
+
+def _bytes(value: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.3g} B"
+
+
+def _figure(run: RunResult, names: tuple[str, ...]) -> dict[str, Any] | None:
+    figures = (run.resources or {}).get("figures", {})
+    return next((figures[n] for n in names if n in figures), None)
+
+
+def _resources(result: ExperimentResult) -> list[str]:
+    out = ['<h2 id="resources">Resource use</h2>']
+    runs = result.all_runs()
+    have = [(t, r) for t, r in runs if r.resources and r.resources.get("available")]
+    if have:
+        seen = {n for _t, r in have for n in (r.resources or {}).get("figures", {})}
+        columns = [c for c in RESOURCE_COLUMNS if any(n in seen for n in c[1])]
+        rows = []
+        for t, r in have:
+            cells = [esc(t.doc.id), str(r.repetition), esc((r.resources or {}).get("source"))]
+            for _label, names, stat, fmt in columns:
+                figure = _figure(r, names)
+                cells.append(esc((fmt or _bytes)(figure[stat])) if figure else "–")
+            rows.append(cells)
+        out.append('<p class="note">Over each run\'s measurement window (mean and max over time).</p>')
+        out.append(
+            _table(
+                ["trial", "repetition", "source", *(c[0] for c in columns)],
+                rows,
+                set(range(3, 3 + len(columns))),
+            )
+        )
+        for title, names, scale, unit in (
+            ("CPU cores per run", ("cpu_cores",), 1.0, "cores"),
+            ("Memory per run", ("memory_working_set_bytes", "memory_rss_bytes"), float(1 << 20), "MiB"),
+        ):
+            bars = [
+                (f"{t.doc.id} rep {r.repetition}", fig["mean"] / scale, fig["max"] / scale)
+                for t, r in have
+                if (fig := _figure(r, names)) is not None
+            ]
+            if bars:
+                out.append(f"<figure>{bars_svg(title, unit, bars)}</figure>")
+        by_reason: dict[str, set[str]] = {}
+        for _t, r in have:
+            for name, why in (r.resources or {}).get("missing", {}).items():
+                by_reason.setdefault(str(why), set()).add(str(name))
+        out += [
+            f'<p class="note">Not available ({esc(why)}): {esc(", ".join(sorted(names)))}</p>'
+            for why, names in sorted(by_reason.items())
+        ]
+    reasons: dict[str, list[str]] = {}
+    for t, r in runs:
+        if not (r.resources and r.resources.get("available")):
+            reason = str((r.resources or {}).get("reason") or "no resources block")
+            reasons.setdefault(reason, []).append(f"{t.doc.id}/{r.repetition}")
+    for reason, which in reasons.items():
+        scope = "all runs" if len(which) == len(runs) else ", ".join(which)
+        out.append(f'<p class="note">Resources unavailable for {esc(scope)}: {esc(reason)}</p>')
+    return out
+
+
+def _kv(items: list[tuple[str, Any]]) -> str:
+    return "<table>" + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in items) + "</table>"
+
+
+def _provenance(result: ExperimentResult) -> list[str]:
+    out = ['<h2 id="provenance">Provenance</h2>']
+    records = [r for r in result.all_records() if r.recorded_by == "workload"]
+    stacks = {r.stack.id: r for r in records}
+    for stack_id, rec in sorted(stacks.items()):
+        s = rec.stack
+        packages = {p.name.lower(): p for p in s.packages}
+        frameworks = sorted(
+            {
+                f"{r.workload.framework} {r.workload.framework_version}"
+                for r in records
+                if r.stack.id == stack_id and r.workload.framework_version
+            }
+        )
+        items: list[tuple[str, Any]] = [
+            ("stack id", stack_id),
+            (
+                "python",
+                " ".join(s.python.get(k, "") for k in ("implementation", "version", "compiler")).strip(),
+            ),
+            ("frameworks", ", ".join(frameworks) or "–"),
+        ]
+        items += [
+            (name, f"{packages[name].version} ({packages[name].origin})")
+            for name in KEY_PACKAGES
+            if name in packages
+        ]
+        items.append(("packages", f"{len(s.packages)} installed distributions"))
+        for lib in s.blas:
+            fields = ("internal_api", "version", "architecture", "threading_layer")
+            items.append(
+                (
+                    f"BLAS/OpenMP {lib.get('prefix', '')}",
+                    " ".join(str(lib[k]) for k in fields if lib.get(k))
+                    + f", {lib.get('num_threads')} threads",
+                )
+            )
+        items.append(("threads", ", ".join(f"{k}={v}" for k, v in sorted(s.threads.items())) or "–"))
+        items.append(("image", s.image or "–"))
+        items.append(("image digest", s.image_digest or "unknown (the reference pins none)"))
+        out.append(f"<h3>Stack {esc(stack_id[:19])}…</h3>{_kv(items)}")
+        config = s.framework_build.get("config")
+        if config:
+            out.append(f"<details><summary>Framework build</summary><pre>{esc(config)}</pre></details>")
+    hosts = {(r.hardware.hostname, r.hardware.cpu_model): r.hardware for r in records}
+    for (host, _cpu), hw in sorted(hosts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        memory = _bytes(float(hw.memory_bytes)) if hw.memory_bytes else "–"
+        gpus = "; ".join(", ".join(f"{k}={v}" for k, v in sorted(g.items())) for g in hw.gpus) or "none"
+        items = [
+            ("cpu model", hw.cpu_model or "unknown"),
+            ("arch", hw.arch),
+            ("cores", f"{hw.logical_cores} logical, {hw.physical_cores} physical, {hw.usable_cores} usable"),
+            ("cpu quota", f"{hw.cpu_quota_cores} cores" if hw.cpu_quota_cores else "none"),
+            ("memory", memory),
+            ("GPUs", gpus),
+            ("kernel", hw.kernel),
+        ]
+        out.append(f"<h3>Hardware: {esc(host)}</h3>{_kv(items)}")
+        out.append(f"<details><summary>CPU flags</summary><pre>{esc(' '.join(hw.flags))}</pre></details>")
+    if not records:
+        out.append('<p class="note">No workload record: no provenance.</p>')
+    return out
+
+
+def _failures(result: ExperimentResult) -> list[str]:
+    failed = [(t, r) for t, r in result.all_runs() if r.status not in ("ok", "not_converged")]
+    if not failed:
+        return []
+    out = ['<h2 id="failures">Failed runs</h2>']
+    for t, r in failed:
+        first, _, rest = (r.error or "").partition("\n")
+        out.append(f"<h3>{esc(t.doc.id)} repetition {r.repetition}: {_status(r.status)}</h3>")
+        out.append(f"<p>{esc(first) or '–'}</p>")
+        tail = r.launch.failure.log_tail if r.launch and r.launch.failure else ""
+        if rest.strip():
+            out.append(f"<pre>{esc(rest.strip())}</pre>")
+        if tail.strip() and tail.strip() not in rest:
+            replica = r.launch.failure.replica if r.launch and r.launch.failure else None
+            out.append(f"<p>Log tail ({esc(replica or 'job')}):</p><pre>{esc(tail.rstrip())}</pre>")
+    return out
+
+
+def _method(result: ExperimentResult) -> list[str]:
+    s = result.experiment.sampling
+    formulas = {n: m.formula for t in result.trials for n, m in t.metrics.items() if m.formula}
+    items = [
+        f"Sampling per run: {s['warmup']} warm-up samples (recorded, not counted), then timed samples until the "
+        f"{s['confidence']:.0%} distribution-free CI of the median is within {s['target_rel_ci']:.1%} of the "
+        f"median on two consecutive checks, or {s['max_samples']} samples, or {s['max_time_s']:g} s.",
+        "Timers: time.perf_counter_ns; device work is synchronised before a sample ends.",
+        "A run is the independent unit: each trial's figure is the median of its run medians; its 95% CI comes "
+        "from a seeded hierarchical bootstrap (resample runs, then samples within each run).",
+        *(f"{n} = {f}" for n, f in formulas.items()),
+    ]
+    return ['<h2 id="method">Method</h2>', "<ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"]
+
+
+def report_html(result: ExperimentResult, comparisons: list[dict[str, Any]] | None = None) -> str:
+    """The whole page. `comparisons`: rows with keys trial (or params), metric, median_a, median_b, ratio,
+    ci_low, ci_high, p, verdict (from `kaliper compare`); without them, ratios of medians vs the first trial."""
+    summary = summary_document(result)
+    metric_names = list(dict.fromkeys(n for t in result.trials for n in t.metrics))
+    units = {n: m.unit for t in result.trials for n, m in t.metrics.items()}
+    body = [
+        *_header(result, summary),
+        *_results(result, metric_names, units),
+        *_distributions(result, metric_names, units),
+        *_scaling(result, metric_names, units),
+        *_comparisons(result, metric_names, comparisons),
+        *_resources(result),
+        *_provenance(result),
+        *_failures(result),
+        *_method(result),
+    ]
+    return page_shell(f"Kaliper report: {result.experiment.id}", body)
+
+
+def page_shell(title: str, body: list[str]) -> str:
+    """The page around `body` (HTML, already escaped): CSP, inline style and the hash-pinned ready script."""
+    digest = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
+    csp = f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{digest}'; img-src data:"
+    head = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{esc(title)}</title>",
+        f"<style>{STYLE}</style></head>",
+        "<body>",
+    ]
+    return "\n".join([*head, *body, f"<script>{SCRIPT}</script>", "</body></html>"]) + "\n"

@@ -1,0 +1,101 @@
+"""After each report: the trials' results as Pushgateway metrics, for Grafana's "Kaliper / Results".
+
+When a Pushgateway is configured (`KALIPER_PUSHGATEWAY`, else the spec's `monitoring.pushgateway`), the
+reporter pushes under job `kaliper-report`, one group per result series (grouping key `spec`,
+`fingerprint`), gauges with labels {spec, experiment, trial, fingerprint, workload, metric, unit}:
+
+- `kaliper_result_median`, `kaliper_result_ci_low`, `kaliper_result_ci_high`: the trial's median of run
+  medians and its hierarchical-bootstrap CI;
+- `kaliper_result_runs`: how many runs were measured;
+
+and, in the group {spec}, `kaliper_report_timestamp_seconds{spec, experiment}`: when the experiment was
+created (not when the report ran, so a rerun pushes the same values).
+
+A fingerprint (12 hex digits, kaliper.reporter.fingerprint) names what makes two results comparable
+over time: workload, parameters, declared stack and hardware class. Each push replaces its group, so the gateway holds the latest result per
+fingerprint and Prometheus' scrapes turn successive experiments into a series over time; cardinality is
+one group per fingerprint. The groups are kept (that is the point); a push that fails logs a warning and
+never fails the report.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
+
+from kaliper.dashboards.metrics import (
+    REPORT_LABELS,
+    REPORT_TIMESTAMP,
+    RESULT_CI_HIGH,
+    RESULT_CI_LOW,
+    RESULT_LABELS,
+    RESULT_MEDIAN,
+    RESULT_RUNS,
+    SUMMARY_JOB,
+)
+from kaliper.monitoring.push import ENV_URL as ENV_PUSHGATEWAY
+from kaliper.reporter.aggregate import ExperimentResult, TrialResult
+from kaliper.reporter.fingerprint import fingerprint
+from kaliper.results.record import ResultRecord
+
+log = logging.getLogger(__name__)
+
+JOB = SUMMARY_JOB
+
+
+def _trial_record(trial: TrialResult) -> ResultRecord | None:
+    return trial.first_record
+
+
+def summary_registries(result: ExperimentResult) -> list[tuple[dict[str, str], CollectorRegistry]]:
+    """(grouping key, registry) for every group this experiment's report pushes."""
+    exp = result.experiment
+    groups: list[tuple[dict[str, str], CollectorRegistry]] = []
+    for trial in result.trials:
+        record = _trial_record(trial)
+        if record is None or not trial.metrics:
+            continue  # nothing measured: no point in the series (the report says why)
+        fp = fingerprint(trial.doc, record)
+        registry = CollectorRegistry()
+        gauges = {
+            "median": Gauge(RESULT_MEDIAN, "Median of run medians.", RESULT_LABELS, registry=registry),
+            "ci_low": Gauge(RESULT_CI_LOW, "Lower CI bound of the median.", RESULT_LABELS, registry=registry),
+            "ci_high": Gauge(
+                RESULT_CI_HIGH, "Upper CI bound of the median.", RESULT_LABELS, registry=registry
+            ),
+            "runs": Gauge(RESULT_RUNS, "Measured runs behind the result.", RESULT_LABELS, registry=registry),
+        }
+        for name, metric in trial.metrics.items():
+            labels = (exp.spec_name, exp.id, trial.doc.id, fp, record.workload.name, name, metric.unit)
+            gauges["median"].labels(*labels).set(metric.median)
+            gauges["ci_low"].labels(*labels).set(metric.ci_low)
+            gauges["ci_high"].labels(*labels).set(metric.ci_high)
+            gauges["runs"].labels(*labels).set(metric.n_runs)
+        groups.append(({"spec": exp.spec_name, "fingerprint": fp}, registry))
+    registry = CollectorRegistry()
+    Gauge(
+        REPORT_TIMESTAMP,
+        "Creation time of the experiment last reported for this spec.",
+        REPORT_LABELS,
+        registry=registry,
+    ).labels(exp.spec_name, exp.id).set(exp.created.timestamp())
+    groups.append(({"spec": exp.spec_name}, registry))
+    return groups
+
+
+def push_summary(result: ExperimentResult, url: str | None = None, timeout_s: float = 5.0) -> int:
+    """Push every group; the number pushed (0 when no Pushgateway is configured or it fails)."""
+    url = url or os.environ.get(ENV_PUSHGATEWAY) or result.experiment.monitoring.get("pushgateway") or None
+    if not url:
+        return 0
+    pushed = 0
+    for key, registry in summary_registries(result):
+        try:
+            push_to_gateway(url, job=JOB, registry=registry, grouping_key=key, timeout=timeout_s)
+        except Exception as exc:  # the report is written; metrics for Grafana must not fail it
+            log.warning("kaliper report: could not push summary metrics to %s: %s", url, exc)
+            return pushed
+        pushed += 1
+    return pushed

@@ -1,0 +1,81 @@
+"""`kaliper compare` on real pi-matmul experiments: float32 vs float64, and the same spec twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import CliRunner
+
+SPEC = """
+name: {name}
+workload:
+  name: pi-matmul
+  framework: pytorch
+  params: {{dtype: {dtype}, device: cpu, threads: 1, matrix_size: 256}}
+repetitions: 3
+sampling: {{warmup: 3, target_rel_ci: 0.02, min_samples: 10, max_samples: 200, max_time: 1s}}
+job:
+  kind: PyTorchJob
+  replicas: {{Master: 1}}
+  image: ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0
+  timeout: 5m
+"""
+ENV = {"KALIPER_PROMETHEUS": "", "KALIPER_PUSHGATEWAY": ""}
+
+
+def run_experiment(kaliper: CliRunner, tmp_path: Path, name: str, dtype: str, storage: str) -> str:
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(SPEC.format(name=name, dtype=dtype))
+    done = kaliper("run", str(spec), "--storage", storage, "--json", env=ENV)
+    assert done.returncode == 0, done.stderr
+    return str(json.loads(done.stdout)["experiment"])
+
+
+def test_compare_real_experiments(kaliper: CliRunner, tmp_path: Path) -> None:
+    storage = f"file://{tmp_path / 'results'}"
+    f32 = run_experiment(kaliper, tmp_path, "cmp-f32", "float32", storage)
+    f64 = run_experiment(kaliper, tmp_path, "cmp-f64", "float64", storage)
+    again = run_experiment(kaliper, tmp_path, "cmp-f32", "float32", storage)
+
+    # float64 (B) against float32 (A): slower, a CI that excludes 1, exit 3.
+    out = tmp_path / "slower.json"
+    done = kaliper(
+        "compare",
+        f"{f32}:t000",
+        f"{f64}:t000",
+        "--storage",
+        storage,
+        "--json",
+        str(out),
+        "--markdown",
+        str(tmp_path / "c.md"),
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "error: " in done.stderr and "slower" in done.stderr
+    document = json.loads(out.read_text())
+    assert document["differing_params"] == {"dtype": ["float32", "float64"]}
+    gflops = next(c for c in document["comparisons"] if c["metric"] == "gflops")
+    assert gflops["verdict"] == "slower" and gflops["ci_high"] < 1.0
+    assert "| t000 |" in (tmp_path / "c.md").read_text()
+
+    # The other way round: faster, exit 0.
+    out = tmp_path / "faster.json"
+    done = kaliper("compare", f"{f64}:t000", f"{f32}:t000", "--storage", storage, "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    comparisons = json.loads(out.read_text())["comparisons"]
+    assert {c["verdict"] for c in comparisons} == {"faster"}
+    assert all(c["ci_low"] > 1.0 for c in comparisons)
+
+    # The same spec twice: never `slower`, exit 0 (pairs by parameters).
+    out = tmp_path / "same.json"
+    done = kaliper("compare", f32, again, "--storage", storage, "--storage-b", storage, "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert all(c["verdict"] != "slower" for c in json.loads(out.read_text())["comparisons"])
+
+    # Experiments whose trials have different parameters are refused (exit 2), saying why.
+    done = kaliper("compare", f32, f64, "--storage", storage)
+    assert done.returncode == 2
+    assert "not comparable" in done.stderr and "dtype" in done.stderr
+    done = kaliper("compare", f32, f"{f64}:t000", "--storage", storage)
+    assert done.returncode == 2 and "EXPERIMENT:TRIAL" in done.stderr

@@ -358,8 +358,10 @@ if mode == "report":
     storage = open_storage(url)
     timing(storage, "get")
     timing(storage, "list")
-    for name in ("hierarchical_bootstrap_median", "load_record", "load_versioned", "_recover_from_logs"):
+    for name in ("trial_stats", "load_versioned", "_recover_from_logs"):
         timing(aggregate, name)
+    timing(aggregate.RecordLoader, "load")
+    timing(reporter, "report_html")
     timing(reporter, "load_experiment", lambda: marks.setdefault("hwm_after_load_kib", hwm_kib()))
     done = reporter.write_report(storage, exp).summary_document["runs"]
 t2 = time.perf_counter()
@@ -372,8 +374,8 @@ def run_child(mode: str, url: str, experiment_id: str) -> dict[str, Any]:
     """Run CHILD in a fresh interpreter: its wall time, CPU time and peak RSS, and where the time went.
 
     In "report" mode the child calls `write_report` with timing wrappers around `load_experiment`, the
-    storage's get/list and aggregate's `load_record`, `_recover_from_logs` and
-    `hierarchical_bootstrap_median`, so one run gives the whole and its parts.
+    storage's get/list, the record loader, aggregate's `_recover_from_logs` and `trial_stats` (the
+    hierarchical bootstrap), and `report_html`, so one run gives the whole and its parts.
     """
     start = time.perf_counter()
     with tempfile.TemporaryFile() as err:
@@ -521,14 +523,15 @@ def main(argv: list[str] | None = None) -> int:
             load_s = spent["load_experiment"]
             parts = {
                 "read (storage.get)": spent.get("get", 0.0),
-                "parse+validate records (load_record)": spent.get("load_record", 0.0),
+                "parse+validate records (RecordLoader.load)": spent.get("load", 0.0),
                 "parse+validate launch.json (load_versioned)": spent.get("load_versioned", 0.0),
                 "list keys (storage.list)": spent.get("list", 0.0),
                 "_recover_from_logs": spent.get("_recover_from_logs", 0.0),
-                "hierarchical_bootstrap_median": spent.get("hierarchical_bootstrap_median", 0.0),
+                "trial_stats (hierarchical bootstrap)": spent.get("trial_stats", 0.0),
             }
             parts["rest of load_experiment"] = load_s - sum(parts.values())
-            parts["outputs + 3 puts (after load)"] = report["work_s"] - load_s
+            parts["report.html"] = spent.get("report_html", 0.0)
+            parts["other outputs + puts (after load)"] = report["work_s"] - load_s - parts["report.html"]
             figures.reporter = {
                 "records": n,
                 "trials": len(rplan.trials),

@@ -149,3 +149,13 @@ def test_benjamini_hochberg_on_a_family() -> None:
     mixed = adjust_family(family + nulls)
     assert all(c.verdict not in ("faster", "slower") for c in mixed[4:])
     assert all(c.p_adjusted is not None and c.p_adjusted >= c.p_value for c in mixed)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("n", [2, 5, 6, 50, 51])
+def test_run_stats_iqr_and_mad_are_scipys(n: int) -> None:
+    from scipy.stats import iqr, median_abs_deviation
+
+    data = np.random.default_rng(n).lognormal(0.0, 0.3, n)
+    stats_ = run_stats(list(data))
+    assert stats_.iqr == pytest.approx(float(iqr(data)), rel=1e-12)
+    assert stats_.mad == pytest.approx(float(median_abs_deviation(data, scale="normal")), rel=1e-12)

@@ -88,6 +88,8 @@ class TrialResult:
 class ExperimentResult:
     experiment: ExperimentDoc
     trials: list[TrialResult]
+    # Derived documents computed once per report (summary.json feeds report.md and report.html too).
+    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def all_runs(self) -> list[tuple[TrialResult, RunResult]]:
         return [(t, r) for t in self.trials for r in t.runs]

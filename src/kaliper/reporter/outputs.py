@@ -128,6 +128,14 @@ def _provenance(result: ExperimentResult) -> dict[str, Any]:
 
 
 def summary_document(result: ExperimentResult) -> dict[str, Any]:
+    """The summary (computed once per result: the report's other files read it too)."""
+    if "summary" not in result.cache:
+        result.cache["summary"] = _summary_document(result)
+    summary: dict[str, Any] = result.cache["summary"]
+    return summary
+
+
+def _summary_document(result: ExperimentResult) -> dict[str, Any]:
     exp = result.experiment
     runs = [r for _t, r in result.all_runs()]
     return {
@@ -210,6 +218,7 @@ def _metric_cell(trial: TrialResult, name: str) -> str:
 def report_markdown(result: ExperimentResult) -> str:
     exp = result.experiment
     summary = summary_document(result)
+    trial_docs = {t["trial"]: t for t in summary["trials"]}
     prov = summary["provenance"]
     metric_names = list(dict.fromkeys(n for t in result.trials for n in t.metrics))
     units = {n: m.unit for t in result.trials for n, m in t.metrics.items()}
@@ -255,9 +264,10 @@ def report_markdown(result: ExperimentResult) -> str:
         ]
         header = ["repetition", "status", "converged", "samples", *(f"{n} median" for n in metric_names)]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        by_repetition = {r["repetition"]: r for r in trial_docs[t.doc.id]["runs"]}
         for run in t.runs:
             medians = run_medians(run)
-            rs = _run_summary(run)
+            rs = by_repetition[run.repetition]
             converged = {True: "yes", False: "no", None: "–"}[rs["converged"]]
             cells = [str(run.repetition), run.status, converged, str(rs["n_samples"])]
             cells += [_num(medians.get(n)) for n in metric_names]

@@ -390,3 +390,15 @@ def test_record_loader_errors_are_load_records(
     assert message in str(info.value)
     with pytest.raises(SchemaVersionError, match=r"bad\.json"):
         RecordLoader().load(b"{not json", "bad.json")
+
+
+def test_hardware_class_names_gpu_models_as_provenance_records_them(measured_record: ResultRecord) -> None:
+    from kaliper.reporter.fingerprint import hardware_class, hardware_label
+
+    gpus = [{"index": 0, "model": "NVIDIA H100 80GB HBM3", "driver": "580", "memory_bytes": 1, "uuid": "u"}]
+    with_gpu = measured_record.model_copy(
+        update={"hardware": measured_record.hardware.model_copy(update={"gpus": gpus})}
+    )
+    assert hardware_class(with_gpu)["gpus"] == ["NVIDIA H100 80GB HBM3"]
+    assert hardware_class(with_gpu) != hardware_class(measured_record)  # another GPU, another class
+    assert "GPUs: ['NVIDIA H100 80GB HBM3']" in hardware_label(with_gpu)

@@ -21,6 +21,7 @@ from typing import Any
 
 from kaliper.errors import InputError, NotFoundError
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult, load_experiment
+from kaliper.reporter.fingerprint import hardware_label
 from kaliper.statistics import DEFAULT_ALPHA, DEFAULT_THRESHOLD, Comparison, adjust_family, compare
 from kaliper.storage import Storage
 
@@ -77,9 +78,7 @@ def _hardware_classes(result: ExperimentResult, trials: list[TrialResult]) -> se
     for trial in trials:
         for run in trial.runs:
             if run.measured and run.primary is not None:
-                hw = run.primary.hardware
-                gpus = sorted(str(g.get("model") or g.get("name") or "?") for g in hw.gpus)
-                classes.add(f"{hw.cpu_model} × {hw.logical_cores} logical cores; GPUs: {gpus or 'none'}")
+                classes.add(hardware_label(run.primary))
     return classes
 
 

@@ -24,8 +24,15 @@ def hardware_class(record: ResultRecord) -> dict[str, Any]:
         "cpu_model": hw.cpu_model,
         "arch": hw.arch,
         "logical_cores": hw.logical_cores,
-        "gpus": sorted(str(g.get("name", "")) for g in hw.gpus),
+        # provenance.nvidia_smi_gpus names the model under "model"
+        "gpus": sorted(str(g.get("model") or g.get("name") or "?") for g in hw.gpus),
     }
+
+
+def hardware_label(record: ResultRecord) -> str:
+    """The hardware class in words, for messages (`kaliper compare` refusing a pair)."""
+    hw = hardware_class(record)
+    return f"{hw['cpu_model']} × {hw['logical_cores']} logical cores; GPUs: {hw['gpus'] or 'none'}"
 
 
 def fingerprint(trial: TrialDoc, record: ResultRecord) -> str:

@@ -39,7 +39,6 @@ DEFAULT_ALPHA = 0.05  # significance level of the Mann-Whitney test, and the BH 
 DEFAULT_TARGET_REL_CI = DEFAULT_THRESHOLD / 2  # a trial CI narrow enough to decide at δ (methodology 3b)
 _BLOCK = 4096  # elements per array in the bootstrap's vectorised draws
 MIN_RUNS = 2  # runs per side below which a comparison is always inconclusive
-MAD_TO_SD = 1.4826  # scale of the MAD that estimates σ for normal data (scipy's scale="normal")
 
 Direction = Literal["more_is_better", "less_is_better"]
 Verdict = Literal["faster", "slower", "equivalent", "inconclusive"]

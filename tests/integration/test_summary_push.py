@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from kaliper.dashboards.metrics import SUMMARY_JOB
 from kaliper.local.runner import run_spec
 from kaliper.reporter import load_experiment, write_report
 from kaliper.reporter.fingerprint import fingerprint
-from kaliper.reporter.push_summary import JOB, push_summary
+from kaliper.reporter.push_summary import push_summary
 from kaliper.spec import load_spec
 from kaliper.storage import open_storage
 from prom_services import Pushgateway, free_port, pushgateway_fixture  # noqa: F401 - registers the fixture
@@ -54,7 +55,9 @@ def test_report_pushes_one_group_per_fingerprint_and_survives_a_dead_gateway(
     write_report(storage, result.experiment_id)  # a rerun: same report files, now pushed
     medians = gateway_lines(pushgateway, "kaliper_result_median{")
     mine = [line for line in medians if result.experiment_id in line and 'metric="gflops"' in line]
-    assert len(mine) == 2 and all(f'job="{JOB}"' in line and 'spec="sum-push"' in line for line in mine)
+    assert len(mine) == 2 and all(
+        f'job="{SUMMARY_JOB}"' in line and 'spec="sum-push"' in line for line in mine
+    )
     for trial in result.report.summary_document["trials"]:  # type: ignore[attr-defined]
         (line,) = [line for line in mine if f'trial="{trial["trial"]}"' in line]
         assert float(line.rsplit(" ", 1)[1]) == trial["metrics"]["gflops"]["median"]

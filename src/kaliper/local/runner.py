@@ -6,7 +6,6 @@ spreads over all trials instead of biasing the last one.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,13 +16,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kaliper.configurator import ExperimentPlan, TrialPlan, configure, write_plan
 from kaliper.configurator.jobs import for_repetition, primary_replica
+from kaliper.configurator.podenv import REGION_ENV, S3_ENDPOINT_ENV
 from kaliper.documents import FailureInfo, LaunchDoc, ReplicaLaunch, to_document
 from kaliper.errors import InputError
 from kaliper.local.executor import JobResult, LocalExecutor, ReplicaProcess
-from kaliper.monitoring.push import ENV_URL as ENV_PUSHGATEWAY
 from kaliper.monitoring.sampler import LocalSampler
 from kaliper.reporter import ReportPaths, write_report
-from kaliper.reporter.resources import prometheus_url, store_resources
+from kaliper.reporter.resources import prometheus_url, pushgateway_url, store_resources
 from kaliper.results.record import load_record
 from kaliper.spec import BenchmarkSpec, LoadedSpec
 from kaliper.storage import Storage, layout, open_storage
@@ -62,7 +61,7 @@ def absolute_storage_url(url: str) -> str:
 
 def s3_defaults(spec: BenchmarkSpec) -> dict[str, str]:
     """The spec's s3 endpoint and region as the variables S3 storage reads (the environment wins)."""
-    names = {"KALIPER_S3_ENDPOINT": spec.s3.endpoint, "AWS_REGION": spec.s3.region}
+    names = {S3_ENDPOINT_ENV: spec.s3.endpoint, REGION_ENV: spec.s3.region}
     return {name: value for name, value in names.items() if value}
 
 
@@ -164,7 +163,7 @@ def _replica(proc: ReplicaProcess) -> str:
 
 def _sampler(plan: ExperimentPlan, trial: TrialPlan, repetition: int) -> LocalSampler:
     """Samples the run's processes; also their process exporter when a Pushgateway is configured."""
-    gateway = os.environ.get(ENV_PUSHGATEWAY) or plan.experiment.monitoring.get("pushgateway") or None
+    gateway = pushgateway_url(plan.experiment)
     key = {"experiment": plan.experiment.id, "trial": trial.doc.id, "repetition": str(repetition)}
     return LocalSampler(pushgateway=gateway, grouping_key=key).start()
 

@@ -32,11 +32,11 @@ import numpy as np
 from scipy import stats
 
 from kaliper.errors import InputError
+from kaliper.reporter.outputs import SUMMARY_SCHEMA
 from kaliper.results.record import ResultRecord, Stack, load_record
 from kaliper.storage import Storage, layout
 
 FlagKind = Literal["step", "outlier", "pending"]
-SUMMARY_SCHEMA = "kaliper.summary/v1"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ never fails the report.
 from __future__ import annotations
 
 import logging
-import os
 
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 
@@ -35,14 +34,12 @@ from kaliper.dashboards.metrics import (
     RESULT_RUNS,
     SUMMARY_JOB,
 )
-from kaliper.monitoring.push import ENV_URL as ENV_PUSHGATEWAY
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult
 from kaliper.reporter.fingerprint import fingerprint
+from kaliper.reporter.resources import pushgateway_url
 from kaliper.results.record import ResultRecord
 
 log = logging.getLogger(__name__)
-
-JOB = SUMMARY_JOB
 
 
 def _trial_record(trial: TrialResult) -> ResultRecord | None:
@@ -87,13 +84,13 @@ def summary_registries(result: ExperimentResult) -> list[tuple[dict[str, str], C
 
 def push_summary(result: ExperimentResult, url: str | None = None, timeout_s: float = 5.0) -> int:
     """Push every group; the number pushed (0 when no Pushgateway is configured or it fails)."""
-    url = url or os.environ.get(ENV_PUSHGATEWAY) or result.experiment.monitoring.get("pushgateway") or None
+    url = url or pushgateway_url(result.experiment)
     if not url:
         return 0
     pushed = 0
     for key, registry in summary_registries(result):
         try:
-            push_to_gateway(url, job=JOB, registry=registry, grouping_key=key, timeout=timeout_s)
+            push_to_gateway(url, job=SUMMARY_JOB, registry=registry, grouping_key=key, timeout=timeout_s)
         except Exception as exc:  # the report is written; metrics for Grafana must not fail it
             log.warning("kaliper report: could not push summary metrics to %s: %s", url, exc)
             return pushed

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from kaliper.documents import RESOURCES_SCHEMA, ExperimentDoc, ResourcesDoc, load_versioned, to_document
 from kaliper.monitoring import prometheus
+from kaliper.monitoring.push import ENV_URL as ENV_PUSHGATEWAY
 from kaliper.storage import Storage, layout
 
 if TYPE_CHECKING:
@@ -27,9 +28,19 @@ DEFAULT_SETTLE_S = 30.0
 IDS = ("schema", "experiment", "trial", "repetition")
 
 
+def _configured(experiment: ExperimentDoc, env: str, field: str) -> str | None:
+    """This machine's setting (non-empty) wins over the spec's `monitoring.<field>`."""
+    return os.environ.get(env) or experiment.monitoring.get(field) or None
+
+
 def prometheus_url(experiment: ExperimentDoc) -> str | None:
-    """`KALIPER_PROMETHEUS` (this machine's setting) wins over the spec's `monitoring.prometheus`."""
-    return os.environ.get(prometheus.ENV_URL) or experiment.monitoring.get("prometheus") or None
+    """`KALIPER_PROMETHEUS`, else the spec's `monitoring.prometheus`."""
+    return _configured(experiment, prometheus.ENV_URL, "prometheus")
+
+
+def pushgateway_url(experiment: ExperimentDoc) -> str | None:
+    """`KALIPER_PUSHGATEWAY`, else the spec's `monitoring.pushgateway`."""
+    return _configured(experiment, ENV_PUSHGATEWAY, "pushgateway")
 
 
 def block_of(doc: ResourcesDoc) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kaliper.errors import RegressionFound
-from kaliper.statistics import DEFAULT_ALPHA, DEFAULT_THRESHOLD
+from kaliper.statistics import DEFAULT_THRESHOLD
+from kaliper.verdicts import DEFAULT_ALPHA
 
 
 def compare_command(

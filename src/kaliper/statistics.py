@@ -7,10 +7,8 @@ independent unit is the run: a hierarchical bootstrap resamples runs, then sampl
 - `run_stats`: one run's samples (median + order-statistic CI, IQR, MAD jitter, CV, converged).
 - `trial_stats`: a trial's runs (median of run medians + hierarchical bootstrap CI, within-run S1² and
   between-run S2² variance components, and Kalibera & Jones's advice on where more effort pays off).
-- `compare`: stack A (baseline) against stack B: ratio of medians oriented so that > 1 means B is
-  better, its hierarchical bootstrap CI, Mann-Whitney U on run medians, and a verdict
-  `faster | slower | equivalent | inconclusive` against a practical threshold; `adjust_family` applies
-  Benjamini-Hochberg over many comparisons made at once.
+- Comparing two stacks (ratio of medians, Mann-Whitney U, verdicts, Benjamini-Hochberg) builds on the
+  bootstrap here and lives in `kaliper.verdicts`.
 
 The bootstrap never materialises resampled data: the median of a resample of n values is a known
 distribution over the order statistics of the sample (see `_median_positions`), drawn directly, which is
@@ -22,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
@@ -35,15 +33,10 @@ BOOTSTRAP_SEED = 20261121
 # 1 / Φ⁻¹(3/4): the MAD of normal data times this estimates σ (scipy's scale="normal").
 MAD_NORMAL_SCALE = 1.482602218505602
 DEFAULT_THRESHOLD = 0.03  # practical threshold δ of a comparison (methodology 3b)
-DEFAULT_ALPHA = 0.05  # significance level of the Mann-Whitney test, and the BH false discovery rate q
 DEFAULT_TARGET_REL_CI = DEFAULT_THRESHOLD / 2  # a trial CI narrow enough to decide at δ (methodology 3b)
 _BLOCK = 4096  # elements per array in the bootstrap's vectorised draws
-MIN_RUNS = 2  # runs per side below which a comparison is always inconclusive
 
-Direction = Literal["more_is_better", "less_is_better"]
-Verdict = Literal["faster", "slower", "equivalent", "inconclusive"]
 Advice = Literal["enough", "more repetitions", "more samples per run"]
-VERDICTS: tuple[Verdict, ...] = ("faster", "slower", "equivalent", "inconclusive")
 
 
 def median_ci_ranks(n: int, confidence: float = DEFAULT_CONFIDENCE) -> tuple[int, int] | None:
@@ -176,7 +169,7 @@ def _median_positions(
     return lo, hi
 
 
-def _bootstrap_medians(arrays: Sequence[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
+def bootstrap_medians(arrays: Sequence[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
     """`resamples` two-level bootstrap replicates of the median of run medians (runs, then samples)."""
     sizes = np.array([a.size for a in arrays], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])[:, None]
@@ -198,7 +191,7 @@ def _bootstrap_medians(arrays: Sequence[np.ndarray], resamples: int, rng: np.ran
     return np.asarray((ordered[lo[0], columns] + ordered[hi[0], columns]) / 2.0)
 
 
-def _nonempty(runs: Sequence[Sequence[float]]) -> list[np.ndarray]:
+def nonempty_runs(runs: Sequence[Sequence[float]]) -> list[np.ndarray]:
     return [np.asarray(run, dtype=float) for run in runs if len(run) > 0]
 
 
@@ -214,11 +207,11 @@ def hierarchical_bootstrap_median(
     their exact resampling distribution over order statistics (`_median_positions`). Seeded, so a report
     regenerated from the same records is identical.
     """
-    arrays = _nonempty(runs)
+    arrays = nonempty_runs(runs)
     if not arrays:
         raise ValueError("no samples to summarise")
     point = float(np.median([np.median(a) for a in arrays]))
-    replicate = _bootstrap_medians(arrays, resamples, np.random.default_rng(seed))
+    replicate = bootstrap_medians(arrays, resamples, np.random.default_rng(seed))
     alpha = 1.0 - confidence
     low, high = np.quantile(replicate, [alpha / 2, 1 - alpha / 2])
     return point, float(low), float(high)
@@ -330,7 +323,7 @@ def trial_stats(
     4. without costs: "more repetitions" when the between-run term dominates (S2² ≥ S1²/n̄), else "more
        samples per run".
     """
-    arrays = _nonempty(runs)
+    arrays = nonempty_runs(runs)
     if not arrays:
         raise ValueError("no samples to summarise")
     median, low, high = hierarchical_bootstrap_median(runs, confidence, resamples, seed)
@@ -373,185 +366,3 @@ def trial_stats(
         advice=advice,
         optimal_samples_per_run=n_star,
     )
-
-
-# ---------------------------------------------------------------------------------------- comparison
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Stack B (candidate) against stack A (baseline) on one metric.
-
-    `ratio` > 1 always means B is better: median_B/median_A for more_is_better metrics (rates),
-    median_A/median_B for less_is_better ones (times).
-    """
-
-    direction: Direction
-    n_runs_a: int
-    n_runs_b: int
-    median_a: float  # median of run medians
-    median_b: float
-    ratio: float
-    ci_low: float  # hierarchical bootstrap CI of the ratio
-    ci_high: float
-    confidence: float
-    threshold: float  # δ
-    alpha: float
-    p_value: float | None  # Mann-Whitney U, two-sided, on the run medians
-    min_p_value: float  # the smallest p the exact test can give with these run counts
-    tested: bool  # whether the test gates the verdict: min_p_value < alpha (see `decide`)
-    p_adjusted: float | None  # Benjamini-Hochberg adjusted p over the family (= p_value alone)
-    verdict: Verdict
-    note: str  # why the verdict is what it is, in words
-
-
-def min_mannwhitney_p(n_a: int, n_b: int) -> float:
-    """Smallest two-sided p-value of the exact Mann-Whitney U test: 2 / C(n_a + n_b, n_a), at most 1.
-
-    3 vs 3 runs: 0.1; 4 vs 4: 0.029; 5 vs 5: 0.0079 (the methodology's 1/252 is the one-sided figure).
-    """
-    if n_a < 1 or n_b < 1:
-        return 1.0
-    return min(1.0, 2.0 / math.comb(n_a + n_b, n_a))
-
-
-def decide(
-    ci_low: float,
-    ci_high: float,
-    threshold: float,
-    p_value: float | None,
-    alpha: float,
-    tested: bool,
-) -> tuple[Verdict, str]:
-    """The verdict rule (methodology 3b), with the reason in words.
-
-    - faster: CI_low > 1+δ; slower: CI_high < 1−δ; both also need p < α when `tested`;
-    - equivalent: the CI lies inside [1−δ, 1+δ] (no test needed: the CI itself bounds the difference);
-    - otherwise inconclusive (more runs would help).
-    `tested` is False when the exact test cannot reach α with the run counts at hand (3 vs 3 runs: the
-    smallest two-sided p is 0.1): the verdict then rests on the bootstrap CI alone and says so, instead
-    of being inconclusive whatever the data.
-    """
-    band = f"[{1 - threshold:.4g}, {1 + threshold:.4g}]"
-    if ci_low > 1 + threshold or ci_high < 1 - threshold:
-        verdict: Verdict = "faster" if ci_low > 1 + threshold else "slower"
-        if tested and (p_value is None or p_value >= alpha):
-            shown = "none" if p_value is None else f"{p_value:.3g}"
-            return "inconclusive", f"CI outside {band} but p = {shown} ≥ α = {alpha:g}"
-        why = f"CI {'above' if verdict == 'faster' else 'below'} {band}"
-        return verdict, why + ("" if tested else " (CI alone: the test cannot reach α with these runs)")
-    if ci_low >= 1 - threshold and ci_high <= 1 + threshold:
-        return "equivalent", f"CI inside {band}"
-    return "inconclusive", f"CI overlaps the edge of {band}"
-
-
-def _run_medians(arrays: Sequence[np.ndarray]) -> np.ndarray:
-    return np.array([np.median(a) for a in arrays])
-
-
-def compare(
-    a_runs: Sequence[Sequence[float]],
-    b_runs: Sequence[Sequence[float]],
-    direction: Direction,
-    threshold: float = DEFAULT_THRESHOLD,
-    confidence: float = DEFAULT_CONFIDENCE,
-    alpha: float = DEFAULT_ALPHA,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-) -> Comparison:
-    """Compare B (candidate) to A (baseline): ratio of medians of run medians, CI, test, verdict.
-
-    The CI is the percentile interval of the ratio over `resamples` hierarchical bootstrap replicates
-    drawn independently for A and B (runs, then samples; one seeded generator, A's draws first). The
-    test is Mann-Whitney U, two-sided, on the run medians (the run is the independent unit). Verdict:
-    see `decide`; with fewer than MIN_RUNS runs on a side it is always inconclusive (one run shows no
-    run-to-run variation, so its CI would be overconfident). A single comparison is its own family:
-    `p_adjusted` = `p_value`; use `adjust_family` for many.
-    """
-    from scipy.stats import mannwhitneyu
-
-    if direction not in ("more_is_better", "less_is_better"):
-        raise ValueError(f"direction must be more_is_better or less_is_better, not {direction!r}")
-    arrays_a, arrays_b = _nonempty(a_runs), _nonempty(b_runs)
-    if not arrays_a or not arrays_b:
-        raise ValueError("both sides need samples to compare")
-    medians_a, medians_b = _run_medians(arrays_a), _run_medians(arrays_b)
-    median_a, median_b = float(np.median(medians_a)), float(np.median(medians_b))
-    if median_a <= 0 or median_b <= 0:
-        raise ValueError("a ratio of medians needs positive medians")
-    rng = np.random.default_rng(seed)
-    rep_a = _bootstrap_medians(arrays_a, resamples, rng)
-    rep_b = _bootstrap_medians(arrays_b, resamples, rng)
-    if direction == "more_is_better":
-        ratio, replicates = median_b / median_a, rep_b / rep_a
-    else:
-        ratio, replicates = median_a / median_b, rep_a / rep_b
-    tail = (1.0 - confidence) / 2
-    low, high = (float(q) for q in np.quantile(replicates, [tail, 1 - tail]))
-    p_value = float(mannwhitneyu(medians_b, medians_a, alternative="two-sided").pvalue)
-    min_p = min_mannwhitney_p(len(arrays_a), len(arrays_b))
-    tested = min_p < alpha
-    if min(len(arrays_a), len(arrays_b)) < MIN_RUNS:
-        verdict: Verdict = "inconclusive"
-        note = f"fewer than {MIN_RUNS} runs on a side: run-to-run variation unknown"
-    else:
-        verdict, note = decide(low, high, threshold, p_value, alpha, tested)
-    return Comparison(
-        direction=direction,
-        n_runs_a=len(arrays_a),
-        n_runs_b=len(arrays_b),
-        median_a=median_a,
-        median_b=median_b,
-        ratio=ratio,
-        ci_low=low,
-        ci_high=high,
-        confidence=confidence,
-        threshold=threshold,
-        alpha=alpha,
-        p_value=p_value,
-        min_p_value=min_p,
-        tested=tested,
-        p_adjusted=p_value,
-        verdict=verdict,
-        note=note,
-    )
-
-
-@dataclass(frozen=True)
-class BHResult:
-    adjusted: tuple[float, ...]  # Benjamini-Hochberg adjusted p-values, in the input order
-    rejected: tuple[bool, ...]  # adjusted p ≤ q: a discovery at false discovery rate q
-
-
-def benjamini_hochberg(pvalues: Sequence[float], q: float = DEFAULT_ALPHA) -> BHResult:
-    """Benjamini-Hochberg over a family of p-values (scipy.stats.false_discovery_control)."""
-    from scipy.stats import false_discovery_control
-
-    if len(pvalues) == 0:
-        return BHResult((), ())
-    adjusted = np.atleast_1d(false_discovery_control(np.asarray(pvalues, dtype=float), method="bh"))
-    return BHResult(tuple(float(p) for p in adjusted), tuple(bool(p <= q) for p in adjusted))
-
-
-def adjust_family(comparisons: Sequence[Comparison], q: float = DEFAULT_ALPHA) -> list[Comparison]:
-    """Benjamini-Hochberg over the comparisons made at once; verdicts re-decided on the adjusted p.
-
-    The family is the comparisons whose test gates their verdict (`tested`, at least MIN_RUNS runs per
-    side): a comparison whose adjusted p is not below q cannot be faster/slower (it becomes
-    inconclusive). Comparisons whose test cannot reach α anyway are decided by their CI alone and are
-    left out of the family (their p-values could never be discoveries; counting them would only make
-    the others' correction harsher); they keep `p_adjusted` = None.
-    """
-    family = [i for i, c in enumerate(comparisons) if c.tested and min(c.n_runs_a, c.n_runs_b) >= MIN_RUNS]
-    result = benjamini_hochberg([comparisons[i].p_value or 1.0 for i in family], q)
-    adjusted = dict(zip(family, result.adjusted, strict=True))
-    out = []
-    for i, c in enumerate(comparisons):
-        if i not in adjusted:
-            out.append(replace(c, p_adjusted=None))
-            continue
-        verdict, note = decide(c.ci_low, c.ci_high, c.threshold, adjusted[i], q, True)
-        if len(family) > 1:
-            note += f" (Benjamini-Hochberg over {len(family)} comparisons)"
-        out.append(replace(c, p_adjusted=adjusted[i], verdict=verdict, note=note))
-    return out

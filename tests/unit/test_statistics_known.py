@@ -9,15 +9,8 @@ import pytest
 from scipy.stats import binom
 
 from kaliper.statistics import _median_positions as median_positions
-from kaliper.statistics import (
-    adjust_family,
-    benjamini_hochberg,
-    compare,
-    hierarchical_bootstrap_median,
-    min_mannwhitney_p,
-    run_stats,
-    trial_stats,
-)
+from kaliper.statistics import hierarchical_bootstrap_median, run_stats, trial_stats
+from kaliper.verdicts import adjust_family, benjamini_hochberg, compare, min_mannwhitney_p
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 12])

@@ -10,7 +10,7 @@ Comparability (refused with NotComparableError, exit 2, saying why):
   trials without a partner are listed as unpaired, and no pair at all is refused. Trials: the two trials'
   parameters may differ (that difference is what is compared); the output names the differences.
 Each pair is compared on every metric both sides measured with the same unit and direction
-(kaliper.statistics.compare), with Benjamini-Hochberg over the whole family (adjust_family).
+(kaliper.verdicts.compare), with Benjamini-Hochberg over the whole family (adjust_family).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any
 from kaliper.errors import InputError, NotFoundError
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult, load_experiment
 from kaliper.reporter.fingerprint import hardware_label
-from kaliper.statistics import DEFAULT_ALPHA, DEFAULT_THRESHOLD, Comparison, adjust_family, compare
+from kaliper.statistics import DEFAULT_THRESHOLD
 from kaliper.storage import Storage
+from kaliper.verdicts import DEFAULT_ALPHA, Comparison, adjust_family, compare
 
 COMPARE_SCHEMA = "kaliper.compare/v1"
 

@@ -41,8 +41,8 @@ Scope = Literal["cluster", "local"]
 
 # The run's pods (value 1, one series per pod); $POD_SEL selects on kube_pod_labels' label_* names.
 PODS = "max by (namespace, pod) (kube_pod_labels{$POD_SEL})"
-_JOIN = " * on (namespace, pod) group_left () " + PODS
-_CONTAINERS = 'container!="", container!="POD"'
+POD_JOIN = " * on (namespace, pod) group_left () " + PODS
+CONTAINERS = 'container!="", container!="POD"'
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Query:
 
 
 def _cadvisor(expr: str) -> str:
-    return f"sum({expr}{_JOIN})"
+    return f"sum({expr}{POD_JOIN})"
 
 
 QUERIES: tuple[Query, ...] = (
@@ -69,21 +69,21 @@ QUERIES: tuple[Query, ...] = (
         "cpu_cores",
         "cluster",
         "cores",
-        _cadvisor("rate(container_cpu_usage_seconds_total{" + _CONTAINERS + "}[$RATE])"),
+        _cadvisor("rate(container_cpu_usage_seconds_total{" + CONTAINERS + "}[$RATE])"),
     ),
     Query(
         "cpu_throttling_ratio",
         "cluster",
         "ratio",
-        _cadvisor("increase(container_cpu_cfs_throttled_periods_total{" + _CONTAINERS + "}[$RATE])")
+        _cadvisor("increase(container_cpu_cfs_throttled_periods_total{" + CONTAINERS + "}[$RATE])")
         + " / "
-        + _cadvisor("increase(container_cpu_cfs_periods_total{" + _CONTAINERS + "}[$RATE])"),
+        + _cadvisor("increase(container_cpu_cfs_periods_total{" + CONTAINERS + "}[$RATE])"),
     ),
     Query(
         "memory_working_set_bytes",
         "cluster",
         "bytes",
-        _cadvisor("container_memory_working_set_bytes{" + _CONTAINERS + "}"),
+        _cadvisor("container_memory_working_set_bytes{" + CONTAINERS + "}"),
     ),
     # Network counters are per pod (the sandbox), not per container: no container matcher.
     Query(
@@ -102,16 +102,16 @@ QUERIES: tuple[Query, ...] = (
         "disk_read_bytes_per_second",
         "cluster",
         "bytes/s",
-        _cadvisor("rate(container_fs_reads_bytes_total{" + _CONTAINERS + "}[$RATE])"),
+        _cadvisor("rate(container_fs_reads_bytes_total{" + CONTAINERS + "}[$RATE])"),
     ),
     Query(
         "disk_write_bytes_per_second",
         "cluster",
         "bytes/s",
-        _cadvisor("rate(container_fs_writes_bytes_total{" + _CONTAINERS + "}[$RATE])"),
+        _cadvisor("rate(container_fs_writes_bytes_total{" + CONTAINERS + "}[$RATE])"),
     ),
     # DCGM exporter series carry namespace/pod of the pod using the GPU (Kubernetes mapping enabled).
-    Query("gpu_utilization_percent", "cluster", "percent", f"avg(DCGM_FI_DEV_GPU_UTIL{_JOIN})"),
+    Query("gpu_utilization_percent", "cluster", "percent", f"avg(DCGM_FI_DEV_GPU_UTIL{POD_JOIN})"),
     # DCGM reports framebuffer memory in MiB.
     Query("gpu_memory_used_bytes", "cluster", "bytes", _cadvisor("DCGM_FI_DEV_FB_USED") + " * 1048576"),
     Query("gpu_power_watts", "cluster", "W", _cadvisor("DCGM_FI_DEV_POWER_USAGE")),

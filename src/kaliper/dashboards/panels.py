@@ -1,0 +1,152 @@
+"""Building blocks of the two dashboards: grafana-foundation-sdk builders, selectors, units (imports the SDK).
+
+Every PromQL expression is written with Grafana variables (`$experiment`, `$__rate_interval`, ...) and
+only selects with `=~` on them, so multi-value and "All" (`.*`) selections work. The tests substitute
+the variables and check each expression with `promtool`, and check that every `kaliper_*` metric named
+here is one the project emits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import dashboard as dashboard_builders
+from grafana_foundation_sdk.builders import prometheus as prometheus_builders
+from grafana_foundation_sdk.builders import timeseries
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as dashboard_models
+from grafana_foundation_sdk.models import prometheus as prometheus_models
+
+from kaliper.dashboards import metrics as summary
+from kaliper.monitoring.prometheus import POD_JOIN
+from kaliper.monitoring.push import JOB as LIVE_JOB
+from kaliper.monitoring.sampler import EXPORTER_JOB
+
+LIVE_UID = "kaliper-live-run"
+RESULTS_UID = "kaliper-results"
+LIVE_TITLE = "Kaliper / Live run"
+RESULTS_TITLE = "Kaliper / Results"
+TAGS = ["kaliper"]
+
+# Units (Grafana unit ids; "cores" is not a built-in id, so Grafana shows it as a suffix).
+CORES = "cores"
+BYTES = "bytes"
+SECONDS = "s"
+PERCENT = "percent"
+
+DATASOURCE = dashboard_models.DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+# Matchers on the pushed series (their grouping key) and on kube_pod_labels (kube-state-metrics names).
+LIVE_SEL = 'experiment=~"$experiment", trial=~"$trial", replica=~"$replica"'
+POD_SEL = 'label_kaliper_dev_experiment=~"$experiment", label_kaliper_dev_trial=~"$trial"'
+JOIN = POD_JOIN.replace("$POD_SEL", POD_SEL)
+RESULT_SEL = 'spec=~"$spec", experiment=~"$experiment", metric=~"$metric", fingerprint=~"$fingerprint"'
+
+
+def live_series(metric: str) -> str:
+    return f'{metric}{{job="{LIVE_JOB}", {LIVE_SEL}}}'
+
+
+def exporter_series(metric: str) -> str:
+    return f'{metric}{{job="{EXPORTER_JOB}", {LIVE_SEL}}}'
+
+
+def result_series(metric: str) -> str:
+    return f'{metric}{{job="{summary.SUMMARY_JOB}", {RESULT_SEL}}}'
+
+
+class PanelIds:
+    """Stable panel ids in the order the panels are added."""
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def __call__(self) -> int:
+        self.last += 1
+        return self.last
+
+
+def prom_query(expr: str, legend: str = "__auto", ref: str = "A") -> prometheus_builders.Dataquery:
+    return prometheus_builders.Dataquery().expr(expr).legend_format(legend).ref_id(ref).range()
+
+
+def instant_table(expr: str, ref: str = "A") -> prometheus_builders.Dataquery:
+    return (
+        prometheus_builders.Dataquery()
+        .expr(expr)
+        .ref_id(ref)
+        .instant()
+        .format(prometheus_models.PromQueryFormat.TABLE)
+    )
+
+
+def timeseries_panel(
+    ids: PanelIds, title: str, description: str, unit: str, *queries: prometheus_builders.Dataquery
+) -> timeseries.Panel:
+    panel = (
+        timeseries.Panel()
+        .id(ids())
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(12)
+        .height(8)
+        .line_width(1)
+        .fill_opacity(10)
+        .legend(
+            common_builders.VizLegendOptions()
+            .display_mode(common.LegendDisplayMode.TABLE)
+            .placement(common.LegendPlacement.BOTTOM)
+            .show_legend(True)
+            .calcs(["lastNotNull", "max"])
+        )
+        .tooltip(
+            common_builders.VizTooltipOptions()
+            .mode(common.TooltipDisplayMode.MULTI)
+            .sort(common.SortOrder.DESCENDING)
+        )
+    )
+    for query in queries:
+        panel = panel.with_target(query)
+    return panel
+
+
+def organize(
+    exclude: list[str], rename: dict[str, str] | None = None
+) -> dashboard_models.DataTransformerConfig:
+    options: dict[str, Any] = {"excludeByName": {name: True for name in exclude}}
+    if rename:
+        options["renameByName"] = rename
+    return dashboard_models.DataTransformerConfig(id_val="organize", options=options)
+
+
+def query_variable(name: str, label: str, query: str, *, multi: bool) -> dashboard_builders.QueryVariable:
+    variable = (
+        dashboard_builders.QueryVariable(name)
+        .label(label)
+        .datasource(DATASOURCE)
+        .query(query)
+        .refresh(dashboard_models.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dashboard_models.VariableSort.ALPHABETICAL_ASC)
+    )
+    if multi:
+        variable = variable.multi(True).include_all(True).all_value(".*")
+    return variable
+
+
+def datasource_variable() -> dashboard_builders.DatasourceVariable:
+    return dashboard_builders.DatasourceVariable("datasource").label("Prometheus").type("prometheus")
+
+
+def base_dashboard(title: str, uid: str, description: str) -> dashboard_builders.Dashboard:
+    return (
+        dashboard_builders.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(TAGS)
+        .timezone("browser")
+        .tooltip(dashboard_models.DashboardCursorSync.CROSSHAIR)
+        .with_variable(datasource_variable())
+    )

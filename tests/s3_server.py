@@ -25,6 +25,7 @@ import pytest
 from minio import Minio
 
 from conftest import REPO, skip_or_fail
+from kaliper.storage import layout
 
 MOTO_SERVER_ENV = "KALIPER_MOTO_SERVER"
 DEFAULT_MOTO_SERVER = REPO / ".venv-moto" / "bin" / "moto_server"
@@ -147,3 +148,31 @@ def s3_server_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Se
         yield server
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------------------------------------- what a run stores
+
+
+def experiment_of(keys: list[str], prefix: str) -> str:
+    """The one experiment id under `prefix` (a failure if there are none or several)."""
+    (experiment,) = {k[len(prefix) :].split("/")[1] for k in keys}
+    return experiment
+
+
+def run_objects(prefix: str, experiment: str, trials: tuple[str, ...]) -> set[str]:
+    """Every object a local run of single-Master trials (one repetition each) stores, report included."""
+    keys = {layout.spec_key(experiment), layout.experiment_key(experiment)}
+    for trial in trials:
+        keys |= {
+            layout.trial_key(experiment, trial),
+            layout.job_key(experiment, trial),
+            layout.record_key(experiment, trial, 0, "Master", 0),
+            layout.launch_key(experiment, trial, 0),
+            layout.resources_key(experiment, trial, 0),
+            layout.log_key(experiment, trial, 0, "master-0", "stdout"),
+            layout.log_key(experiment, trial, 0, "master-0", "stderr"),
+        }
+    keys |= {
+        layout.report_key(experiment, n) for n in ("summary.json", "results.csv", "report.md", "report.html")
+    }
+    return {prefix + key for key in keys}

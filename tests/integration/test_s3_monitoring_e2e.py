@@ -33,7 +33,7 @@ from prom_services import (  # noqa: F401 - the fixtures register themselves
     prometheus_fixture,
     pushgateway_fixture,
 )
-from s3_server import S3Server, s3_server_fixture  # noqa: F401 - registers the `s3_server` fixture
+from s3_server import S3Server, experiment_of, run_objects, s3_server_fixture  # noqa: F401 - registers the fixture
 from tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -72,11 +72,6 @@ def write_spec(tmp_path: Path, text: str = SPEC) -> Path:
     return spec
 
 
-def experiment_of(keys: list[str], prefix: str) -> str:
-    (experiment,) = {k[len(prefix) :].split("/")[1] for k in keys}
-    return experiment
-
-
 def test_run_on_s3_with_monitoring_stores_everything_and_reports_prometheus_resources(
     s3_server: S3Server, pushgateway: Pushgateway, prometheus: Prometheus, kaliper: CliRunner, tmp_path: Path
 ) -> None:
@@ -88,21 +83,7 @@ def test_run_on_s3_with_monitoring_stores_everything_and_reports_prometheus_reso
     keys = s3_server.keys("e2e/")
     experiment = experiment_of(keys, "e2e/")
     base = f"e2e/experiments/{experiment}"
-    expected = {f"{base}/spec.yaml", f"{base}/experiment.json"}
-    for trial in ("t000", "t001"):
-        run = f"{base}/trials/{trial}/runs/0"
-        expected |= {
-            f"{base}/trials/{trial}/trial.json",
-            f"{base}/trials/{trial}/job.yaml",
-            f"{run}/master-0.json",
-            f"{run}/launch.json",
-            f"{run}/resources.json",
-            f"{run}/logs/master-0.stdout.log",
-            f"{run}/logs/master-0.stderr.log",
-        }
-    expected |= {
-        f"{base}/report/{name}" for name in ("summary.json", "results.csv", "report.md", "report.html")
-    }
+    expected = run_objects("e2e/", experiment, ("t000", "t001"))
     assert expected <= set(keys), sorted(expected - set(keys))
     client = s3_server.client()
     for key in keys:  # every object whole: each JSON document parses

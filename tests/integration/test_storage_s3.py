@@ -25,7 +25,7 @@ from kaliper.storage import check_storage_url, dump_json, layout, open_storage
 from kaliper.storage.retry import RetryPolicy, is_transient, with_retries
 from kaliper.storage.s3 import S3Storage
 from kaliper.workloads.runtime import RESULT_LINE_PREFIX, RunIdentity, failure_record, store_record
-from s3_server import S3Server, s3_server_fixture  # noqa: F401 - registers the `s3_server` fixture
+from s3_server import S3Server, experiment_of, run_objects, s3_server_fixture  # noqa: F401 - registers the `s3_server` fixture
 
 FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
 
@@ -314,21 +314,8 @@ def test_kaliper_run_writes_every_object_to_the_bucket(
     assert done.returncode == 0, done.stdout + done.stderr
 
     keys = s3_server.keys("bench/")
-    (experiment,) = {k.split("/")[2] for k in keys}
-    base = f"bench/experiments/{experiment}"
-    expected = {f"{base}/spec.yaml", f"{base}/experiment.json"}
-    for trial in ("t000", "t001"):
-        run = f"{base}/trials/{trial}/runs/0"
-        expected |= {
-            f"{base}/trials/{trial}/trial.json",
-            f"{base}/trials/{trial}/job.yaml",
-            f"{run}/master-0.json",
-            f"{run}/launch.json",
-            f"{run}/logs/master-0.stdout.log",
-            f"{run}/logs/master-0.stderr.log",
-        }
-    for name in ("summary.json", "results.csv", "report.md", "report.html"):
-        expected.add(f"{base}/report/{name}")
+    experiment = experiment_of(keys, "bench/")
+    expected = run_objects("bench/", experiment, ("t000", "t001"))
     assert expected <= set(keys), sorted(expected - set(keys))
     assert not [k for k in keys if k.endswith(".tmp")]
 

@@ -41,7 +41,7 @@ most of it is configure (a jsonnet evaluation per trial), the S3 writes and the 
 from __future__ import annotations
 
 import argparse
-import functools
+import contextlib
 import json
 import math
 import os
@@ -50,39 +50,28 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
+import psutil
 
-from kaliper.configurator import ExperimentPlan, TrialPlan, configure, write_plan
-from kaliper.configurator.jobs import for_repetition, primary_replica
-from kaliper.documents import LaunchDoc, ReplicaLaunch, to_document
-from kaliper.local.operator_env import pod_name
-from kaliper.results.provenance import capture_hardware, capture_stack
-from kaliper.results.record import Hardware, Stack
-from kaliper.spec import spec_from_text
-from kaliper.statistics import relative_ci_width
 from kaliper.storage import Storage, layout, open_storage
-from kaliper.workloads import runtime
-from kaliper.workloads.calibration import MATMUL_GFLOPS_FORMULA, rate_metrics
-from kaliper.workloads.measurement import Measurement
-from kaliper.workloads.sampling import SampleSet, SamplingRule
 
 REPO = Path(__file__).resolve().parents[1]
-SPEC = REPO / "examples" / "quickstart.yaml"
-TIMED_SAMPLES = 50
-SAMPLE_NS = 10_000_000  # calibrated samples last >= 10 ms
-GFLOPS = 60.0  # a plausible CPU float32 matmul rate; only the shape of the numbers matters
-NOISE_SIGMA = 0.02  # log-normal spread of sample durations
-SEED = 20261121
+sys.path.insert(0, str(REPO / "tests"))
+from synthetic import (  # noqa: E402  (tests/synthetic.py: realistic experiments without running workloads)
+    TIMED_SAMPLES,
+    build_records,
+    plan_experiment,
+    write_experiment,
+)
+
 REPUT_SAMPLE = 200  # identical re-puts timed per backend (what a retried step pays per key)
 
 
@@ -114,143 +103,6 @@ def say(message: str) -> None:
 
 
 # ------------------------------------------------------------------------------ experiment and records
-
-
-def plan_experiment(records: int, repetitions: int, storage_url: str) -> ExperimentPlan:
-    """quickstart.yaml with a matrix_size sweep of ceil(records / repetitions) trials, configured."""
-    document = yaml.safe_load(SPEC.read_text())
-    trials = math.ceil(records / repetitions)
-    document["name"] = "storage-scale"
-    document["matrix"] = {"matrix_size": list(range(1, trials + 1))}
-    document["repetitions"] = repetitions
-    loaded = spec_from_text(yaml.safe_dump(document, sort_keys=False), str(SPEC), SPEC.parent)
-    return configure(loaded, storage_url=storage_url)
-
-
-def runs_of(plan: ExperimentPlan, count: int) -> list[tuple[TrialPlan, int]]:
-    """The first `count` (trial, repetition) pairs, trial-major (the layout's order)."""
-    reps = plan.experiment.repetitions
-    return [(trial, rep) for trial in plan.trials for rep in range(reps)][:count]
-
-
-@contextmanager
-def provenance_once() -> Iterator[tuple[Stack, Hardware]]:
-    """Make `build_record` reuse one captured stack and hardware instead of capturing per record."""
-    stack, hardware = capture_stack(None), capture_hardware()
-    names = vars(runtime)  # build_record looks these up in its module's globals at each call
-    saved = {name: names[name] for name in ("capture_stack", "capture_hardware")}
-    names["capture_stack"] = lambda *_args, **_kwargs: stack
-    names["capture_hardware"] = lambda *_args, **_kwargs: hardware
-    try:
-        yield stack, hardware
-    finally:
-        names.update(saved)
-
-
-@functools.cache
-def torch_version() -> str:
-    """The installed torch's version (read from its metadata, not imported), else a plausible one."""
-    try:
-        return metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        return "2.5.1"
-
-
-def synthetic_measurement(
-    n: int, rule: SamplingRule, rng: np.random.Generator, started: datetime
-) -> Measurement:
-    """What pi-matmul (PyTorch) hands the runtime for matrix size n, with log-normal sample times."""
-    flop_per_call = 2.0 * n**3
-    calls = max(1, math.ceil(SAMPLE_NS * GFLOPS / flop_per_call))  # calibrated to >= 10 ms a sample
-    mean_ns = calls * flop_per_call / GFLOPS
-    warmup = [int(x) for x in mean_ns * rng.lognormal(0.05, 0.1, rule.warmup)]
-    timed_ns = [int(x) for x in mean_ns * rng.lognormal(0.0, NOISE_SIGMA, TIMED_SAMPLES)]
-    width = relative_ci_width(timed_ns, rule.confidence)
-    converged = width is not None and width <= rule.target_rel_ci
-    warmup_done = started + timedelta(microseconds=sum(warmup) / 1e3)
-    finished = warmup_done + timedelta(microseconds=sum(timed_ns) / 1e3)
-    samples = SampleSet(
-        warmup_ns=warmup,
-        timed_ns=timed_ns,
-        converged=converged,
-        stop_reason="converged" if converged else "max_time",
-        rel_ci_width=width,
-        started=started,
-        warmup_done=warmup_done,
-        finished=finished,
-    )
-    return Measurement(
-        samples=samples,
-        calls_per_sample=calls,
-        metrics=rate_metrics(flop_per_call, calls, MATMUL_GFLOPS_FORMULA),
-        framework="pytorch",
-        framework_version=torch_version(),
-        threads={"torch_intra_op": 2, "torch_inter_op": 2},
-        effective_params={"calls_per_sample": calls, "sync": "none"},
-    )
-
-
-def build_records(plan: ExperimentPlan, count: int) -> list[tuple[str, bytes]]:
-    """(record key, record bytes) for the first `count` runs, made by the runtime's `build_record`."""
-    exp = plan.experiment
-    sampling = exp.sampling
-    rule = SamplingRule(
-        warmup=sampling["warmup"],
-        target_rel_ci=sampling["target_rel_ci"],
-        min_samples=sampling["min_samples"],
-        max_samples=sampling["max_samples"],
-        max_time_s=sampling["max_time_s"],
-        confidence=sampling["confidence"],
-    )
-    rng = np.random.default_rng(SEED)
-    base = exp.created
-    out = []
-    with provenance_once():
-        for number, (trial, rep) in enumerate(runs_of(plan, count)):
-            rtype, index = primary_replica(trial.doc.job.kind, trial.doc.job.replicas)
-            identity = runtime.RunIdentity(exp.id, trial.doc.id, rep, rtype, index, exp.storage, None)
-            started = base + timedelta(seconds=2 * number)
-            params = trial.doc.params
-            measurement = synthetic_measurement(int(params["matrix_size"]), rule, rng, started)
-            record = runtime.build_record(
-                identity, exp.workload["name"], "pytorch", params, rule, measurement
-            )
-            key = layout.record_key(exp.id, trial.doc.id, rep, rtype, index)
-            out.append((key, record.to_json_bytes()))
-    return out
-
-
-def launch_doc(plan: ExperimentPlan, trial: TrialPlan, rep: int, started: datetime) -> LaunchDoc:
-    """What the local executor stores for a run that succeeded (kaliper.local.runner's shape)."""
-    job_name = for_repetition(trial.manifest, rep)["metadata"]["name"]
-    finished = started + timedelta(seconds=1.5)
-    replicas = [
-        ReplicaLaunch(
-            replica_type=rtype,
-            index=index,
-            pod=pod_name(job_name, rtype, index),
-            node="localhost",
-            exit_code=0,
-            reason="Completed",
-            started=started,
-            finished=finished,
-        )
-        for rtype, count in trial.doc.job.replicas.items()
-        for index in range(count)
-    ]
-    return LaunchDoc(
-        experiment=plan.experiment.id,
-        trial=trial.doc.id,
-        repetition=rep,
-        job_name=job_name,
-        executor="local",
-        status="succeeded",
-        reason="Succeeded",
-        message=f"{trial.doc.job.kind} {job_name} succeeded",
-        phases={"created": started, "scheduled": started, "running": started, "finished": finished},
-        replicas=replicas,
-        network="host",
-    )
 
 
 # ------------------------------------------------------------------------------------------ storage
@@ -294,7 +146,6 @@ def measure_backend(storage: Storage, experiment_id: str, records: list[tuple[st
 @contextmanager
 def s3_storage(work: Path) -> Iterator[Storage]:
     """An s3:// storage on a fresh moto_server (tests/s3_server.py's S3Server), stopped by PID after."""
-    sys.path.insert(0, str(REPO / "tests"))
     from s3_server import S3Server, moto_server_binary  # type: ignore[import-not-found]
 
     binary = moto_server_binary()
@@ -339,7 +190,9 @@ spent, marks = {}, {}
 
 
 def timing(owner, name, after=None):
-    inner = getattr(owner, name)
+    inner = getattr(owner, name, None)
+    if inner is None:  # a part this version of the reporter does not have
+        return
 
     def wrapper(*args, **kwargs):
         start = time.perf_counter()
@@ -370,6 +223,37 @@ print(json.dumps({"import_s": t1 - t0, "work_s": t2 - t1, "done": done, "spent":
 """
 
 
+class TreeMemory:
+    """Peak of the summed RSS of a process and all its descendants, polled every 0.1 s.
+
+    Pages a forked worker shares with its parent count once per process, so this is an upper bound of
+    what the tree held; Linux's VmHWM covers one process only.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.peak, self.processes = 0, 0
+        self._root = psutil.Process(pid)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._done.wait(0.1):
+            try:
+                tree = [self._root, *self._root.children(recursive=True)]
+            except psutil.Error:
+                return
+            total = 0
+            for process in tree:
+                with contextlib.suppress(psutil.Error):
+                    total += process.memory_info().rss
+            self.peak, self.processes = max(self.peak, total), max(self.processes, len(tree))
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 def run_child(mode: str, url: str, experiment_id: str) -> dict[str, Any]:
     """Run CHILD in a fresh interpreter: its wall time, CPU time and peak RSS, and where the time went.
 
@@ -383,7 +267,9 @@ def run_child(mode: str, url: str, experiment_id: str) -> dict[str, Any]:
             [sys.executable, "-c", CHILD, mode, url, experiment_id], stdout=subprocess.PIPE, stderr=err
         )
         assert proc.stdout is not None
+        tree = TreeMemory(proc.pid)
         out = proc.stdout.read()
+        tree.stop()
         # wait4: the rusage of this one child (RUSAGE_CHILDREN would mix in moto_server and others).
         _pid, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -399,29 +285,11 @@ def run_child(mode: str, url: str, experiment_id: str) -> dict[str, Any]:
         "peak_rss_mib": child["hwm_kib"] / 1024,
         # ru_maxrss (KiB) is inflated: Linux carries the forking parent's RSS into the child's maximum.
         "ru_maxrss_mib": usage.ru_maxrss / 1024,
+        # The reporter may load with worker processes: their memory counts too (polled every 0.1 s).
+        "tree_peak_rss_mib": tree.peak / 2**20,
+        "max_processes": tree.processes,
         **child,
     }
-
-
-def write_experiment(
-    storage: Storage, plan: ExperimentPlan, records: list[tuple[str, bytes]], with_records: bool
-) -> dict[str, float]:
-    """spec/experiment/trial/job documents (write_plan), a launch.json per run, and the records."""
-    times: dict[str, float] = {}
-    with timed(times, "write_plan_s"):
-        write_plan(plan, storage)
-    exp = plan.experiment
-    with timed(times, "write_launch_s"):
-        for number, (trial, rep) in enumerate(runs_of(plan, len(records))):
-            started = exp.created + timedelta(seconds=2 * number)
-            storage.put_json(
-                layout.launch_key(exp.id, trial.doc.id, rep),
-                to_document(launch_doc(plan, trial, rep, started)),
-            )
-    if with_records:
-        with timed(times, "write_records_s"):
-            put_all(storage, records)
-    return times
 
 
 # --------------------------------------------------------------------------------------------- main

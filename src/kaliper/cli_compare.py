@@ -15,8 +15,8 @@ from kaliper.verdicts import DEFAULT_ALPHA
 
 
 def compare_command(
-    a: Annotated[str, typer.Argument(help="Baseline: EXPERIMENT or EXPERIMENT:TRIAL.")],
-    b: Annotated[str, typer.Argument(help="Candidate: EXPERIMENT or EXPERIMENT:TRIAL.")],
+    a: Annotated[str, typer.Argument(help="Baseline: EXPERIMENT, EXPERIMENT@STACK or EXPERIMENT:TRIAL.")],
+    b: Annotated[str, typer.Argument(help="Candidate: EXPERIMENT, EXPERIMENT@STACK or EXPERIMENT:TRIAL.")],
     storage: Annotated[str, typer.Option(help="Storage URL holding A (and B).")] = "file://./kaliper-results",
     storage_b: Annotated[
         str | None, typer.Option("--storage-b", help="Storage URL holding B, when not --storage.")

@@ -6,10 +6,10 @@ does not know instead of guessing.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any, Final, Literal, TypeVar
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kaliper.errors import SchemaVersionError
@@ -54,6 +54,10 @@ class ExperimentDoc(Document):
     monitoring: dict[str, str | None] = Field(
         default_factory=dict,
         description="the spec's monitoring URLs (prometheus, pushgateway): where the reporter looks",
+    )
+    report: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the spec's report settings (baseline, threshold, alpha); empty: the defaults",
     )
 
 
@@ -149,8 +153,10 @@ def load_versioned(model: type[M], schema: str, data: bytes | str | dict[str, An
     document: Any = data
     if not isinstance(data, dict):
         try:
-            document = json.loads(data)
-        except ValueError as exc:  # JSONDecodeError, or UnicodeDecodeError for bytes that are not UTF-8
+            document = orjson.loads(
+                data
+            )  # the reporter reads one launch.json per run: ~3x the stdlib's speed
+        except ValueError as exc:  # orjson.JSONDecodeError (also for bytes that are not UTF-8)
             raise SchemaVersionError(f"{source}: not a JSON document ({exc})") from None
     if not isinstance(document, dict) or "schema" not in document:
         raise SchemaVersionError(f"{source}: not a Kaliper document (no 'schema' field; expected {schema})")

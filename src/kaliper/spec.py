@@ -27,6 +27,7 @@ from kaliper.errors import ParameterError, SpecError, StorageURLError
 from kaliper.spec_services import (
     DNS_SUBDOMAIN,
     MonitoringSpec,
+    ReportSpec,
     S3Spec,
     StrictModel,
 )
@@ -260,6 +261,10 @@ class BenchmarkSpec(StrictModel):
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
     s3: S3Spec = Field(
         default_factory=S3Spec, description="endpoint, region and credential Secret for s3:// storage"
+    )
+    report: ReportSpec = Field(
+        default_factory=ReportSpec,
+        description="what each report compares against (baseline), and how strictly",
     )
     schedule: str | None = None
     workflow: WorkflowSpec = Field(default_factory=WorkflowSpec)

@@ -1,4 +1,5 @@
-"""The spec's sections about services outside the job: `monitoring:` (Prometheus, Pushgateway) and `s3:`.
+"""The spec's sections about services outside the job (`monitoring:` for Prometheus and the Pushgateway,
+`s3:`) and about the report (`report:`: baseline and verdict threshold).
 
 Split from kaliper.spec (which re-exports everything here) to keep modules small. URLs are checked
 without ever being echoed: they may carry a password, which is refused, never shown.
@@ -10,6 +11,9 @@ import re
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kaliper.statistics import DEFAULT_THRESHOLD
+from kaliper.verdicts import DEFAULT_ALPHA
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -131,5 +135,43 @@ class S3Spec(StrictModel):
             raise ValueError(
                 "expected the name of a Kubernetes Secret (a DNS-1123 subdomain: lower-case letters, digits, "
                 "'-', '.'), or null for no credential env"
+            )
+        return value
+
+
+# `<spec name>-<yyyymmddThhmmssZ>-<4 hex>` (kaliper.configurator.experiment): sortable by creation time.
+EXPERIMENT_ID = re.compile(r"^(?P<spec>[a-z][a-z0-9-]*)-(?P<stamp>\d{8}T\d{6}Z)-(?P<tag>[0-9a-f]{4})$")
+
+
+class ReportSpec(StrictModel):
+    """What each report compares the experiment against (verdicts in the report, on the Pushgateway and
+    in Grafana), and how strictly."""
+
+    baseline: str = Field(
+        "previous",
+        description=(
+            "'previous': the latest earlier experiment of this spec in the same storage that has a report "
+            "(for a schedule: the last run before this one); 'none': no comparison; or an experiment id"
+        ),
+    )
+    threshold: float = Field(
+        DEFAULT_THRESHOLD,
+        gt=0,
+        lt=1,
+        description="practical threshold δ: a ratio whose CI lies within 1 ± δ is 'equivalent' (0.03 = 3%)",
+    )
+    alpha: float = Field(
+        DEFAULT_ALPHA,
+        gt=0,
+        lt=1,
+        description="significance level of the Mann-Whitney test, and the Benjamini-Hochberg false discovery rate",
+    )
+
+    @field_validator("baseline")
+    @classmethod
+    def _baseline(cls, value: str) -> str:
+        if value not in ("previous", "none") and not EXPERIMENT_ID.match(value):
+            raise ValueError(
+                "expected 'previous', 'none' or an experiment id such as quickstart-20261121T101500Z-1a2b"
             )
         return value

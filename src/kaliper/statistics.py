@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -34,11 +34,12 @@ BOOTSTRAP_SEED = 20261121
 MAD_NORMAL_SCALE = 1.482602218505602
 DEFAULT_THRESHOLD = 0.03  # practical threshold δ of a comparison (methodology 3b)
 DEFAULT_TARGET_REL_CI = DEFAULT_THRESHOLD / 2  # a trial CI narrow enough to decide at δ (methodology 3b)
-_BLOCK = 4096  # elements per array in the bootstrap's vectorised draws
 
 Advice = Literal["enough", "more repetitions", "more samples per run"]
+RunSamples = Sequence[float] | np.ndarray  # one run's timed samples (the reporter holds numpy arrays)
 
 
+@lru_cache(maxsize=1024)
 def median_ci_ranks(n: int, confidence: float = DEFAULT_CONFIDENCE) -> tuple[int, int] | None:
     """1-based ranks (l, u) of the order statistics bounding the median with coverage ≥ confidence.
 
@@ -133,70 +134,133 @@ def _alias_table(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return keep, alias, same
 
 
-def _median_positions(
-    sizes: Sequence[int], resamples: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """For samples of the given sizes, (lo, hi) of shape (len(sizes), resamples): 0-based positions in
-    each sorted sample whose mean is the median of one bootstrap resample of that sample.
+def _median_positions(n: int, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi): 0-based positions in a sorted sample of size n whose mean is the median of one bootstrap
+    resample of that sample, one pair per element of the uniforms `u` and `v` (same shape).
 
-    Exactly the law of `np.median(np.sort(x)[rng.integers(0, n, n)])` (see `_median_rank_table`),
-    from two uniforms per resample (an alias-table draw of lo, then hi) instead of n integers and a
-    median. All samples are drawn at once from their tables laid end to end.
+    Exactly the law of `np.median(np.sort(x)[rng.integers(0, n, n)])` (see `_median_rank_table`), from
+    two uniforms per resample (an alias-table draw of lo, then hi) instead of n integers and a median.
     """
-    counts = np.asarray(sizes, dtype=np.int64)
-    tables = [_alias_table(int(n)) for n in counts]
-    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])[:, None]
-    keep = np.concatenate([t[0] for t in tables])
-    alias = np.concatenate([t[1] for t in tables])
-    same = np.concatenate([t[2] for t in tables])
-    n = counts[:, None]
+    keep, alias, same = _alias_table(n)
     # Alias draw: u·n picks a slot (integer part) and a coin (fractional part) in one uniform.
-    scaled = rng.random((counts.size, resamples)) * n
+    scaled = u * n
     slot = np.minimum(scaled.astype(np.int64), n - 1)
-    where = offsets + slot
-    lo = np.where(scaled - slot < keep[where], slot, alias[where])
-    hi = lo.copy()
-    if np.any(counts % 2 == 0):
-        # hi = lo with probability same[lo]; otherwise the smallest of the n − a positions above lo:
-        # lo + 1 + ⌊L·(1 − W^(1/(n−a)))⌋ with L = n − 1 − lo and W uniform (u rescaled beyond same).
-        u = rng.random((counts.size, resamples))
-        p_same = same[offsets + lo]
-        w = (u - p_same) / np.maximum(1.0 - p_same, 1e-300)  # only used where u ≥ p_same: in [0, 1)
-        gap = n - 1 - lo
-        above = np.maximum(n - (n + 1) // 2, 1)
-        step = (gap * (1.0 - np.minimum(np.abs(w), 1.0) ** (1.0 / above))).astype(np.int64)  # floor: ≥ 0
-        hi = np.where(u < p_same, lo, np.minimum(lo + 1 + step, n - 1))
+    lo = np.where(scaled - slot < keep[slot], slot, alias[slot])
+    if n % 2:
+        return lo, lo
+    # hi = lo with probability same[lo]; otherwise the smallest of the n − a positions above lo:
+    # lo + 1 + ⌊L·(1 − W^(1/(n−a)))⌋ with L = n − 1 − lo and W uniform (v rescaled beyond same).
+    p_same = same[lo]
+    w = (v - p_same) / np.maximum(1.0 - p_same, 1e-300)  # only used where v ≥ p_same: in [0, 1)
+    gap = n - 1 - lo
+    step = (gap * (1.0 - np.minimum(np.abs(w), 1.0) ** (1.0 / (n - n // 2)))).astype(np.int64)  # floor
+    return lo, np.where(v < p_same, lo, np.minimum(lo + 1 + step, n - 1))
+
+
+@lru_cache(maxsize=64)
+def _draws(runs: int, resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The uniforms of one seeded two-level bootstrap: (2, runs, resamples) for the samples inside each
+    run (row j for the j-th run), then (2, resamples) for the draw of runs."""
+    rng = np.random.default_rng(seed)
+    return rng.random((2, runs, resamples)), rng.random((2, resamples))
+
+
+@lru_cache(maxsize=2048)
+def _seeded_positions(
+    runs: int, row: int, n: int, resamples: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`_median_positions` of row `row` of the seeded draws for a sample of size n (-1: the run draw)."""
+    inner, outer = _draws(runs, resamples, seed)
+    u, v = (outer[0], outer[1]) if row < 0 else (inner[0, row], inner[1, row])
+    lo, hi = _median_positions(n, u, v)
+    lo, hi = lo.astype(np.int32), hi.astype(np.int32)
+    lo.setflags(write=False)  # shared by every caller through the cache
+    hi.setflags(write=False)
     return lo, hi
 
 
-def bootstrap_medians(arrays: Sequence[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """`resamples` two-level bootstrap replicates of the median of run medians (runs, then samples)."""
-    sizes = np.array([a.size for a in arrays], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])[:, None]
-    flat = np.concatenate([np.sort(a) for a in arrays])
-    # Inner level: for every run, `resamples` bootstrap medians of its own samples (one row per run),
-    # drawn a few rows at a time: arrays of ≤ _BLOCK elements stay in the allocator's cache, which is
-    # ~3x faster than fresh large allocations.
-    inner = np.empty((sizes.size, resamples))
-    step = max(1, _BLOCK // max(resamples, 1))
-    for start in range(0, sizes.size, step):
-        rows = slice(start, start + step)
-        lo, hi = _median_positions(sizes[rows].tolist(), resamples, rng)
-        inner[rows] = (flat[offsets[rows] + lo] + flat[offsets[rows] + hi]) / 2.0
+def _replicates(
+    ordered: Sequence[np.ndarray],
+    inner: Sequence[tuple[np.ndarray, np.ndarray]],
+    outer: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """Median-of-run-medians replicates of sorted runs from the positions drawn for each run and for
+    the runs."""
+    medians = np.empty((len(ordered), outer[0].size))
+    for j, (array, (lo, hi)) in enumerate(zip(ordered, inner, strict=True)):
+        np.add(array[lo], array[hi], out=medians[j])
+    medians *= 0.5
     # Outer level: each replicate draws len(runs) runs with replacement and takes the median of their
     # inner medians: the same order-statistic draw over each column sorted.
-    ordered = np.sort(inner, axis=0)
-    lo, hi = _median_positions([sizes.size], resamples, rng)
-    columns = np.arange(resamples)
-    return np.asarray((ordered[lo[0], columns] + ordered[hi[0], columns]) / 2.0)
+    medians.sort(axis=0)
+    columns = np.arange(medians.shape[1])
+    return np.asarray((medians[outer[0], columns] + medians[outer[1], columns]) / 2.0)
 
 
-def nonempty_runs(runs: Sequence[Sequence[float]]) -> list[np.ndarray]:
+def bootstrap_medians(ordered: Sequence[np.ndarray], resamples: int, seed: int) -> np.ndarray:
+    """`resamples` two-level bootstrap replicates of the median of run medians (runs, then samples) of
+    sorted runs, from `np.random.default_rng(seed)`: `_draws` of shape (2, runs, resamples) for the
+    samples of each run (row j for run j), then (2, resamples) for the draw of runs.
+
+    The drawn positions depend only on (runs, row, samples in the row, resamples, seed) and are cached,
+    so the many trials of one report that share a shape do not draw again: each trial's replicates are
+    still a function of its own samples and the seed alone.
+    """
+    k = len(ordered)
+    positions = [_seeded_positions(k, j, a.size, resamples, seed) for j, a in enumerate(ordered)]
+    return _replicates(ordered, positions, _seeded_positions(k, -1, k, resamples, seed))
+
+
+def nonempty_runs(runs: Sequence[RunSamples]) -> list[np.ndarray]:
     return [np.asarray(run, dtype=float) for run in runs if len(run) > 0]
 
 
+@dataclass(frozen=True)
+class _SortedRuns:
+    """A trial's non-empty runs, each sorted, also laid end to end: per-run reductions in a few numpy
+    calls for the whole trial instead of a few per run (the reporter does this for 100,000 runs)."""
+
+    ordered: list[np.ndarray]
+    sizes: np.ndarray
+    starts: np.ndarray
+    flat: np.ndarray
+
+    @classmethod
+    def of(cls, runs: Sequence[RunSamples]) -> _SortedRuns:
+        ordered = [np.sort(a) for a in nonempty_runs(runs)]
+        if not ordered:
+            raise ValueError("no samples to summarise")
+        sizes = np.array([a.size for a in ordered], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        return cls(ordered, sizes, starts, np.concatenate(ordered))
+
+    def medians(self) -> np.ndarray:
+        return np.asarray(
+            (self.flat[self.starts + (self.sizes - 1) // 2] + self.flat[self.starts + self.sizes // 2]) / 2.0
+        )
+
+    def means_and_variances(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-run means and sample variances (ddof=1; nan for a run of one sample), two-pass."""
+        means = np.add.reduceat(self.flat, self.starts) / self.sizes
+        deviations = self.flat - np.repeat(means, self.sizes)
+        squares = np.add.reduceat(deviations * deviations, self.starts)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            variances = np.where(self.sizes >= 2, squares / np.maximum(self.sizes - 1, 1), np.nan)
+        return means, variances
+
+
+def _bootstrap_ci(
+    runs: _SortedRuns, confidence: float, resamples: int, seed: int
+) -> tuple[float, float, float]:
+    point = float(np.median(runs.medians()))
+    replicate = bootstrap_medians(runs.ordered, resamples, seed)
+    alpha = 1.0 - confidence
+    low, high = np.quantile(replicate, [alpha / 2, 1 - alpha / 2])
+    return point, float(low), float(high)
+
+
 def hierarchical_bootstrap_median(
-    runs: Sequence[Sequence[float]],
+    runs: Sequence[RunSamples],
     confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
@@ -207,20 +271,13 @@ def hierarchical_bootstrap_median(
     their exact resampling distribution over order statistics (`_median_positions`). Seeded, so a report
     regenerated from the same records is identical.
     """
-    arrays = nonempty_runs(runs)
-    if not arrays:
-        raise ValueError("no samples to summarise")
-    point = float(np.median([np.median(a) for a in arrays]))
-    replicate = bootstrap_medians(arrays, resamples, np.random.default_rng(seed))
-    alpha = 1.0 - confidence
-    low, high = np.quantile(replicate, [alpha / 2, 1 - alpha / 2])
-    return point, float(low), float(high)
+    return _bootstrap_ci(_SortedRuns.of(runs), confidence, resamples, seed)
 
 
 # ---------------------------------------------------------------------------------------- one run
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunStats:
     """Summary of one run's timed samples."""
 
@@ -246,32 +303,54 @@ def run_stats(
     median: for normal data it estimates σ/median, the same scale as the CV, while ignoring outliers.
 
     IQR and MAD are the definitions of scipy.stats.iqr (linear interpolation) and
-    median_abs_deviation(scale="normal"), written with numpy here because scipy's per-call argument
-    handling costs about 1 ms, which the reporter pays for every run of every metric (a test checks
-    they agree with scipy's).
+    median_abs_deviation(scale="normal"), written with numpy (see `run_stats_many`; a test checks they
+    agree with scipy's).
     """
     data = np.asarray(values, dtype=float)
     if data.size == 0:
         raise ValueError("no samples to summarise")
-    median = float(np.median(data))
-    ci = median_ci(data.tolist(), confidence)
-    mad = float(np.median(np.abs(data - median)) * MAD_NORMAL_SCALE)
-    q25, q75 = np.percentile(data, [25.0, 75.0])
-    mean = float(np.mean(data))
-    cv = float(np.std(data, ddof=1) / mean) if data.size >= 2 and mean != 0 else None
-    return RunStats(
-        n=int(data.size),
-        median=median,
-        ci_low=None if ci is None else ci[0],
-        ci_high=None if ci is None else ci[1],
-        confidence=confidence,
-        rel_ci_width=None if ci is None or median == 0 else (ci[1] - ci[0]) / abs(median),
-        iqr=float(q75 - q25),
-        mad=mad,
-        jitter=mad / abs(median) if median != 0 else None,
-        cv=cv,
-        converged=converged,
-    )
+    (stats,) = run_stats_many([data], confidence)
+    return stats if converged is None else replace(stats, converged=converged)
+
+
+def run_stats_many(runs: Sequence[np.ndarray], confidence: float = DEFAULT_CONFIDENCE) -> list[RunStats]:
+    """`run_stats` of many runs (non-empty float arrays) at once: runs of equal size are summarised
+    together as the rows of one matrix, a few numpy calls per size instead of a dozen per run (scipy's
+    per-call argument handling alone would cost about 1 ms a run; the reporter summarises every run of
+    every metric)."""
+    out: list[RunStats | None] = [None] * len(runs)
+    by_size: dict[int, list[int]] = {}
+    for i, run in enumerate(runs):
+        if run.size == 0:
+            raise ValueError("no samples to summarise")
+        by_size.setdefault(int(run.size), []).append(i)
+    for n, rows in by_size.items():
+        data = np.sort(np.stack([runs[i] for i in rows]), axis=1)
+        median = (data[:, (n - 1) // 2] + data[:, n // 2]) / 2.0
+        ranks = median_ci_ranks(n, confidence)
+        low = data[:, ranks[0] - 1] if ranks else None
+        high = data[:, ranks[1] - 1] if ranks else None
+        mad = np.median(np.abs(data - median[:, None]), axis=1) * MAD_NORMAL_SCALE
+        q25, q75 = np.percentile(data, [25.0, 75.0], axis=1)
+        mean = data.mean(axis=1)
+        std = data.std(axis=1, ddof=1) if n >= 2 else np.full(len(rows), np.nan)
+        for j, i in enumerate(rows):
+            med, m = float(median[j]), float(mean[j])
+            ci = None if low is None or high is None else (float(low[j]), float(high[j]))
+            out[i] = RunStats(
+                n=n,
+                median=med,
+                ci_low=None if ci is None else ci[0],
+                ci_high=None if ci is None else ci[1],
+                confidence=confidence,
+                rel_ci_width=None if ci is None or med == 0 else (ci[1] - ci[0]) / abs(med),
+                iqr=float(q75[j] - q25[j]),
+                mad=float(mad[j]),
+                jitter=float(mad[j]) / abs(med) if med != 0 else None,
+                cv=float(std[j] / m) if n >= 2 and m != 0 else None,
+                converged=None,
+            )
+    return [s for s in out if s is not None]
 
 
 # ---------------------------------------------------------------------------------------- one trial
@@ -297,7 +376,7 @@ class TrialStats:
 
 
 def trial_stats(
-    runs: Sequence[Sequence[float]],
+    runs: Sequence[RunSamples],
     confidence: float = DEFAULT_CONFIDENCE,
     target_rel_ci: float = DEFAULT_TARGET_REL_CI,
     sample_cost: float | None = None,
@@ -323,17 +402,15 @@ def trial_stats(
     4. without costs: "more repetitions" when the between-run term dominates (S2² ≥ S1²/n̄), else "more
        samples per run".
     """
-    arrays = nonempty_runs(runs)
-    if not arrays:
-        raise ValueError("no samples to summarise")
-    median, low, high = hierarchical_bootstrap_median(runs, confidence, resamples, seed)
-    sizes = np.array([a.size for a in arrays])
+    sorted_runs = _SortedRuns.of(runs)
+    median, low, high = _bootstrap_ci(sorted_runs, confidence, resamples, seed)
+    sizes = sorted_runs.sizes
     n_bar = float(sizes.mean())
-    variances = [float(np.var(a, ddof=1)) for a in arrays if a.size >= 2]
-    s1 = float(np.mean(variances)) if variances else None
+    means, variances = sorted_runs.means_and_variances()
+    s1 = float(np.mean(variances[sizes >= 2])) if np.any(sizes >= 2) else None
     s2: float | None = None
-    if len(arrays) >= 2:
-        var_means = float(np.var([a.mean() for a in arrays], ddof=1))
+    if sizes.size >= 2:
+        var_means = float(np.var(means, ddof=1))
         s2 = max(0.0, var_means - (s1 or 0.0) / n_bar)
     rel = (high - low) / abs(median) if median != 0 else None
     n_star: int | None = None
@@ -352,7 +429,7 @@ def trial_stats(
     else:
         advice = "more repetitions" if s2 >= (s1 or 0.0) / n_bar else "more samples per run"
     return TrialStats(
-        n_runs=len(arrays),
+        n_runs=int(sizes.size),
         n_samples=int(sizes.sum()),
         mean_samples_per_run=n_bar,
         median=median,

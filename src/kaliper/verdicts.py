@@ -21,6 +21,7 @@ from kaliper.statistics import (
     BOOTSTRAP_SEED,
     DEFAULT_CONFIDENCE,
     DEFAULT_THRESHOLD,
+    RunSamples,
     bootstrap_medians,
     nonempty_runs,
 )
@@ -105,8 +106,8 @@ def _run_medians(arrays: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def compare(
-    a_runs: Sequence[Sequence[float]],
-    b_runs: Sequence[Sequence[float]],
+    a_runs: Sequence[RunSamples],
+    b_runs: Sequence[RunSamples],
     direction: Direction,
     threshold: float = DEFAULT_THRESHOLD,
     confidence: float = DEFAULT_CONFIDENCE,
@@ -117,7 +118,8 @@ def compare(
     """Compare B (candidate) to A (baseline): ratio of medians of run medians, CI, test, verdict.
 
     The CI is the percentile interval of the ratio over `resamples` hierarchical bootstrap replicates
-    drawn independently for A and B (runs, then samples; one seeded generator, A's draws first). The
+    drawn independently for A (seed) and B (seed + 1) (runs, then samples; A's replicates are those of
+    its trial CI in the report). The
     test is Mann-Whitney U, two-sided, on the run medians (the run is the independent unit). Verdict:
     see `decide`; with fewer than MIN_RUNS runs on a side it is always inconclusive (one run shows no
     run-to-run variation, so its CI would be overconfident). A single comparison is its own family:
@@ -134,9 +136,8 @@ def compare(
     median_a, median_b = float(np.median(medians_a)), float(np.median(medians_b))
     if median_a <= 0 or median_b <= 0:
         raise ValueError("a ratio of medians needs positive medians")
-    rng = np.random.default_rng(seed)
-    rep_a = bootstrap_medians(arrays_a, resamples, rng)
-    rep_b = bootstrap_medians(arrays_b, resamples, rng)
+    rep_a = bootstrap_medians([np.sort(a) for a in arrays_a], resamples, seed)
+    rep_b = bootstrap_medians([np.sort(b) for b in arrays_b], resamples, seed + 1)
     if direction == "more_is_better":
         ratio, replicates = median_b / median_a, rep_b / rep_a
     else:

@@ -71,7 +71,15 @@ def test_compare_real_experiments(kaliper: CliRunner, tmp_path: Path) -> None:
     out = tmp_path / "same.json"
     done = kaliper("compare", f32, again, "--storage", storage, "--storage-b", storage, "--json", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert all(c["verdict"] != "slower" for c in json.loads(out.read_text())["comparisons"])
+    same = json.loads(out.read_text())
+    assert all(c["verdict"] != "slower" for c in same["comparisons"])
+    # And the second run's own report made that comparison already: its baseline is the previous
+    # reported experiment of the same spec (not cmp-f64), with the same figures as `kaliper compare`.
+    report = json.loads(
+        (tmp_path / "results" / "experiments" / again / "report" / "summary.json").read_text()
+    )
+    assert report["comparisons"]["baseline"] == f32
+    assert report["comparisons"]["against_baseline"]["comparisons"] == same["comparisons"]
 
     # Experiments whose trials have different parameters are refused (exit 2), saying why.
     done = kaliper("compare", f32, f64, "--storage", storage)

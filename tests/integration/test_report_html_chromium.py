@@ -19,10 +19,13 @@ import pytest
 from conftest import skip_or_fail
 from kaliper.local.runner import run_spec
 from kaliper.reporter.aggregate import ExperimentResult, load_experiment
+from kaliper.reporter.baseline import Comparisons
+from kaliper.reporter.compare import Side, compare_results
 from kaliper.reporter.html import page_shell, report_html
 from kaliper.reporter.plots import num
 from kaliper.reporter.resources import attach_resources
 from kaliper.spec import load_spec
+from kaliper.spec_services import ReportSpec
 from kaliper.storage import open_storage
 
 pytestmark = pytest.mark.slow
@@ -158,7 +161,7 @@ def test_matmul_page_has_every_plot_and_section(matmul: dict[str, Any]) -> None:
         gflops = t.metrics["gflops"]
         assert f"{num(gflops.median)} [{num(gflops.ci_low)}, {num(gflops.ci_high)}]" in page
     assert "GFLOP/s" in page
-    assert "ratio of medians" in page and "kaliper compare" in page
+    assert "Nothing was compared" in page  # no baseline looked up: load_experiment alone
     assert "pytorch 2." in page and "torch" in page and "BLAS/OpenMP" in page
     assert "local-sampler" in page
 
@@ -272,23 +275,22 @@ def report_html_with_injection() -> str:
     return page_shell("injection test", ["<p>body</p><script>document.title='injected';</script>"])
 
 
-def test_comparisons_given_replace_the_ratio_placeholder(matmul: dict[str, Any]) -> None:
-    rows = [
-        {
-            "trial": "t001 vs t000",
-            "metric": "gflops",
-            "median_a": 34.3,
-            "median_b": 75.7,
-            "ratio": 2.207,
-            "ci_low": 2.1,
-            "ci_high": 2.3,
-            "p": 0.012,
-            "verdict": "<faster>",
-        }
-    ]
-    page = report_html(matmul["result"], comparisons=rows)
-    section = page.split('<h2 id="comparison">', 1)[1].split("<h2", 1)[0]
-    for column in ("median A", "median B", "ratio", "CI low", "CI high", "p", "verdict"):
+def test_comparisons_show_ratios_cis_and_verdicts(matmul: dict[str, Any]) -> None:
+    """The report's comparison tables (kaliper.reporter.baseline): here the experiment against itself."""
+    result = matmul["result"]
+    exp = result.experiment.id
+    same = compare_results(result, Side(exp, None), result, Side(exp, None))
+    shown = ExperimentResult(result.experiment, result.trials)
+    shown.cache["comparisons"] = Comparisons(ReportSpec(), baseline=exp, against_baseline=same)
+    page = report_html(shown)
+    section = page.split('<h2 id="comparison">', 1)[1].split("<h2 id=", 1)[0]
+    for column in ("median A", "median B", "ratio B vs A [95% CI]", "p", "verdict", "why"):
         assert f"<th>{column}</th>" in section
-    assert "&lt;faster&gt;" in section and "2.207" in section and "0.012" in section
-    assert "ratio of medians" not in section
+    assert section.count('<span class="v-') == len(same.comparisons) > 0  # one verdict per row
+    assert section.count(">1.0000 [") == len(same.comparisons)  # identical samples: a ratio of 1
+    assert 'class="v-slower"' not in section and 'class="v-faster"' not in section
+
+    refused = ExperimentResult(result.experiment, result.trials)
+    refused.cache["comparisons"] = Comparisons(ReportSpec(), baseline_note="<script>alert(1)</script>")
+    section = report_html(refused).split('<h2 id="comparison">', 1)[1].split("<h2 id=", 1)[0]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "<script>alert" not in section

@@ -127,7 +127,7 @@ def test_unknown_resources_schema_is_refused_with_the_file_named(copy: tuple[Pat
 def test_resources_json_is_not_taken_for_a_result_record(copy: tuple[Path, str]) -> None:
     root, experiment = copy
     run = load_experiment(open_storage(f"file://{root}"), experiment).trials[0].runs[0]
-    assert [f"{r.ids.replica_type}-{r.ids.replica_index}" for r in run.records] == ["Master-0"]
+    assert [f"{r.replica_type}-{r.replica_index}" for r in run.records] == ["Master-0"]
 
 
 def test_run_window_prefers_the_measurement_then_the_job() -> None:

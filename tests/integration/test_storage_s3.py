@@ -62,6 +62,10 @@ def test_put_get_exists_list_location(s3_server: S3Server) -> None:
     assert store.list("a/c") == ["a/c/d.txt"]
     assert store.list("nothing/here") == []
     assert store.location("a/b.json") == f"s3://{s3_server.bucket}/runs/here/a/b.json"
+    # One level only (a delimiter listing): objects and "folders" alike; "ab/" is not under "a/".
+    assert store.children("") == ["a", "ab", "empty", "top.bin"]
+    assert store.children("a") == store.children("a/") == ["b.json", "c"]
+    assert store.children("nothing/here") == []
     # The objects are where the URL says, seen by another client.
     assert s3_server.keys() == [
         f"runs/here/{k}" for k in ["a/b.json", "a/c/d.txt", "ab/e", "empty", "top.bin"]

@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import binom
 
 from kaliper.statistics import _median_positions as median_positions
-from kaliper.statistics import hierarchical_bootstrap_median, run_stats, trial_stats
+from kaliper.statistics import hierarchical_bootstrap_median, run_stats, run_stats_many, trial_stats
 from kaliper.verdicts import adjust_family, benjamini_hochberg, compare, min_mannwhitney_p
 
 
@@ -17,8 +17,8 @@ from kaliper.verdicts import adjust_family, benjamini_hochberg, compare, min_man
 def test_fast_bootstrap_median_has_the_law_of_brute_force_resampling(n: int) -> None:
     """Frequencies of the resampled median (as a pair of sorted positions) match brute force."""
     draws = 100_000
-    lo, hi = median_positions([n], draws, np.random.default_rng(1))
-    fast = np.bincount((lo[0] * n + hi[0]), minlength=n * n) / draws
+    lo, hi = median_positions(n, *np.random.default_rng(1).random((2, draws)))
+    fast = np.bincount((lo * n + hi), minlength=n * n) / draws
     picks = np.sort(np.random.default_rng(2).integers(0, n, size=(draws, n)), axis=1)
     brute_lo, brute_hi = picks[:, (n + 1) // 2 - 1], picks[:, n // 2]
     brute = np.bincount(brute_lo * n + brute_hi, minlength=n * n) / draws
@@ -26,7 +26,7 @@ def test_fast_bootstrap_median_has_the_law_of_brute_force_resampling(n: int) -> 
     if n % 2:  # exact law for odd n: P(median position ≤ k) = P(Binomial(n, (k+1)/n) ≥ (n+1)/2)
         assert np.array_equal(lo, hi)
         exact = binom.sf((n + 1) // 2 - 1, n, (np.arange(n) + 1) / n)
-        assert np.abs(np.cumsum(np.bincount(lo[0], minlength=n)) / draws - exact).max() < 0.006
+        assert np.abs(np.cumsum(np.bincount(lo, minlength=n)) / draws - exact).max() < 0.006
 
 
 def test_fast_bootstrap_matches_brute_force_quantiles() -> None:
@@ -152,3 +152,25 @@ def test_run_stats_iqr_and_mad_are_scipys(n: int) -> None:
     stats_ = run_stats(list(data))
     assert stats_.iqr == pytest.approx(float(iqr(data)), rel=1e-12)
     assert stats_.mad == pytest.approx(float(median_abs_deviation(data, scale="normal")), rel=1e-12)
+
+
+def test_run_stats_many_is_run_stats_of_each_run() -> None:
+    """The reporter's batched per-run summaries equal `run_stats` run by run, for mixed sizes."""
+    rng = np.random.default_rng(7)
+    runs = [rng.lognormal(0.0, 0.1, n) for n in (1, 2, 5, 10, 10, 37, 5, 1)]
+    assert run_stats_many(runs) == [run_stats(r) for r in runs]
+    assert run_stats_many(runs, 0.9) == [run_stats(r, 0.9) for r in runs]
+    with pytest.raises(ValueError, match="no samples"):
+        run_stats_many([np.array([])])
+
+
+def test_trial_ci_depends_only_on_its_own_samples() -> None:
+    """The bootstrap's cached draws are shared by trials of the same shape; a trial's CI is the same
+    whatever was computed before it."""
+    rng = np.random.default_rng(8)
+    trial = [rng.lognormal(0.0, 0.05, 12).tolist() for _ in range(5)]
+    first = trial_stats(trial)
+    for _ in range(3):  # other trials of the same and other shapes in between
+        trial_stats([rng.lognormal(0.0, 0.05, 12).tolist() for _ in range(5)])
+        trial_stats([rng.lognormal(0.0, 0.05, 7).tolist() for _ in range(4)])
+    assert trial_stats(trial) == first

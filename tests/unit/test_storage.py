@@ -57,6 +57,10 @@ def test_put_get_exists_list(store: FileStorage) -> None:
     assert store.list("a/c") == ["a/c/d.txt"]
     assert store.list("nothing/here") == []
     assert store.location("a/b.json") == str(store.root / "a" / "b.json")
+    # One level only: objects and "folders" alike.
+    assert store.children("") == ["a", "empty", "top.bin"]
+    assert store.children("a") == store.children("a/") == ["b.json", "c"]
+    assert store.children("nothing/here") == []
 
 
 def test_put_json_and_get_json_round_trip(store: FileStorage) -> None:
@@ -140,6 +144,7 @@ def test_list_ignores_temp_files(store: FileStorage) -> None:
     (store.root / ".launch.json.x.tmp").write_bytes(b"partial")
     assert store.list("") == ["runs/0/master-0.json"]
     assert store.list("runs") == ["runs/0/master-0.json"]
+    assert store.children("") == ["runs"] and store.children("runs/0") == ["master-0.json"]
     assert not store.exists("runs/0/master-0")
 
 

@@ -145,6 +145,7 @@ def configure(
         matrix=spec.matrix,
         trials=[t.doc.id for t in trials],
         monitoring=spec.monitoring.model_dump(),
+        report=spec.report.model_dump(),
     )
     return ExperimentPlan(experiment=experiment, trials=trials, spec_text=loaded.text)
 

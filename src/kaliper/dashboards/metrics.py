@@ -5,8 +5,9 @@ Grafana SDK. The "Kaliper / Results" dashboard (`kaliper.dashboards.build`) read
 
 - `kaliper_result_median`, `kaliper_result_ci_low`, `kaliper_result_ci_high`, `kaliper_result_runs`
   (gauges) with the labels `RESULT_LABELS`: one series per result (trial x metric) of a report.
-- `kaliper_result_verdict` (gauge, 1) with the labels `VERDICT_LABELS`; `verdict` is one of `VERDICTS`
-  (reserved: the reporter does not push verdicts yet, so the dashboard's verdict panel stays empty).
+- `kaliper_result_verdict` (gauge, 1) with the labels `VERDICT_LABELS`: `verdict` (one of `VERDICTS`)
+  of the result against the paired trial of `baseline`, the experiment it was compared with (pushed
+  only when the report had a baseline: spec `report.baseline`).
 - `kaliper_report_timestamp_seconds` (gauge, Unix time the reported experiment was created, so a rerun
   of the reporter pushes the same value) with the labels `REPORT_LABELS`.
 """
@@ -31,6 +32,6 @@ SUMMARY_METRICS = (
     REPORT_TIMESTAMP,
 )
 RESULT_LABELS = ("spec", "experiment", "trial", "fingerprint", "workload", "metric", "unit")
-VERDICT_LABELS = ("spec", "experiment", "fingerprint", "metric", "verdict")
+VERDICT_LABELS = ("spec", "experiment", "fingerprint", "metric", "verdict", "baseline")
 REPORT_LABELS = ("spec", "experiment")
 VERDICTS = ("faster", "slower", "equivalent", "inconclusive")

@@ -122,15 +122,15 @@ def results_dashboard() -> dashboard_models.Dashboard:
             .id(ids())
             .title("Latest verdicts")
             .description(
-                "kaliper_result_verdict: each fingerprint against the baseline (faster, slower, equivalent, "
-                "inconclusive)."
+                "kaliper_result_verdict: each result of the latest report against the paired trial of its "
+                "baseline experiment (spec report.baseline): faster, slower, equivalent, inconclusive."
             )
             .datasource(DATASOURCE)
             .span(12)
             .height(8)
             .with_target(
                 instant_table(
-                    "max by (spec, experiment, fingerprint, metric, verdict) "
+                    "max by (spec, experiment, fingerprint, metric, verdict, baseline) "
                     f"({result_series(summary.RESULT_VERDICT)}) == 1"
                 )
             )

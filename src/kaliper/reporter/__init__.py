@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kaliper.reporter.aggregate import ExperimentResult, load_experiment
+from kaliper.reporter.baseline import compare_for_report
 from kaliper.reporter.html import report_html
 from kaliper.reporter.outputs import SUMMARY_SCHEMA, report_markdown, results_csv, summary_document
 from kaliper.reporter.push_summary import push_summary
@@ -24,6 +25,7 @@ def write_report(storage: Storage, experiment_id: str) -> ReportPaths:
     """Compute and store the report; identical inputs give identical files, so reruns are safe."""
     result = load_experiment(storage, experiment_id)
     attach_resources(storage, result)
+    compare_for_report(storage, result)  # against the baseline experiment, and stack against stack
     document = summary_document(result)
     files = {
         "summary.json": dump_json(document),

@@ -7,44 +7,51 @@ its run medians with a hierarchical bootstrap CI.
 
 from __future__ import annotations
 
+import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from kaliper.configurator import read_experiment, read_trial
 from kaliper.configurator.jobs import primary_replica
 from kaliper.documents import LAUNCH_SCHEMA, ExperimentDoc, LaunchDoc, TrialDoc, load_versioned
 from kaliper.errors import InputError
 from kaliper.reporter.resources import load_resources
+from kaliper.reporter.views import Interner, LaunchView, RecordView
 from kaliper.results.record import RecordLoader, ResultRecord, load_record
-from kaliper.statistics import TrialStats, trial_stats
+from kaliper.statistics import RunStats, TrialStats, run_stats_many, trial_stats
 from kaliper.storage import Storage, layout
 from kaliper.workloads.runtime import RESULT_LINE_PREFIX
 
 MEASURED = ("ok", "not_converged")
+ENV_WORKERS = "KALIPER_REPORT_WORKERS"
+PARALLEL_RUNS = 2000  # runs in an experiment from which the reporter loads it with several processes
 
 
-@dataclass
+@dataclass(slots=True)
 class RunResult:
     repetition: int
     status: str  # ok | not_converged | failed | timeout | missing
     error: str | None
-    launch: LaunchDoc | None
-    primary: ResultRecord | None
-    records: list[ResultRecord] = field(default_factory=list)
+    launch: LaunchView | None
+    primary: RecordView | None
+    records: list[RecordView] = field(default_factory=list)
     # Replica ("master-0") → where its record was recovered from, for records that could not be stored
     # and were taken from the `KALIPER_RESULT` line of the replica's captured stdout instead.
     recovered: dict[str, str] = field(default_factory=dict)
     # The run's resources block (kaliper.reporter.resources): stored, queried, or why there is none.
     resources: dict[str, Any] | None = None
+    # The primary record's spread per metric (median CI, IQR, MAD jitter, CV), when it measured.
+    stats: dict[str, RunStats] = field(default_factory=dict)
 
     @property
     def measured(self) -> bool:
         return self.status in MEASURED and self.primary is not None
 
 
-@dataclass
+@dataclass(slots=True)
 class TrialMetric:
     unit: str
     direction: str
@@ -58,7 +65,7 @@ class TrialMetric:
     stats: TrialStats | None = None  # variance components and the Kalibera & Jones advice
 
 
-@dataclass
+@dataclass(slots=True)
 class TrialResult:
     doc: TrialDoc
     runs: list[RunResult]
@@ -70,7 +77,7 @@ class TrialResult:
         return {s: statuses.count(s) for s in ("ok", "not_converged", "failed", "timeout", "missing")}
 
     @property
-    def first_record(self) -> ResultRecord | None:
+    def first_record(self) -> RecordView | None:
         """The first measured run's primary record: the trial's stack and hardware."""
         return next((r.primary for r in self.runs if r.measured and r.primary is not None), None)
 
@@ -84,7 +91,7 @@ class TrialResult:
         return "partial"
 
 
-@dataclass
+@dataclass(slots=True)
 class ExperimentResult:
     experiment: ExperimentDoc
     trials: list[TrialResult]
@@ -94,7 +101,7 @@ class ExperimentResult:
     def all_runs(self) -> list[tuple[TrialResult, RunResult]]:
         return [(t, r) for t in self.trials for r in t.runs]
 
-    def all_records(self) -> list[ResultRecord]:
+    def all_records(self) -> list[RecordView]:
         return [rec for _t, r in self.all_runs() for rec in r.records]
 
 
@@ -140,14 +147,20 @@ def _recover_from_logs(
 
 
 def _load_run(
-    storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys: set[str], loader: RecordLoader
+    storage: Storage,
+    exp: str,
+    trial: TrialDoc,
+    repetition: int,
+    keys: set[str],
+    loader: RecordLoader,
+    interner: Interner,
 ) -> RunResult:
     """One run from its own keys (those under its runs/<repetition>/ prefix)."""
     launch = None
     launch_key = layout.launch_key(exp, trial.id, repetition)
     if launch_key in keys:
-        launch = load_versioned(
-            LaunchDoc, LAUNCH_SCHEMA, storage.get(launch_key), storage.location(launch_key)
+        launch = interner.launch(
+            load_versioned(LaunchDoc, LAUNCH_SCHEMA, storage.get(launch_key), storage.location(launch_key))
         )
     prefix = layout.run_prefix(exp, trial.id, repetition) + "/"
     resources_key = layout.resources_key(exp, trial.id, repetition)
@@ -159,15 +172,15 @@ def _load_run(
         and k.endswith(".json")
         and k not in (launch_key, resources_key)
     )
-    records = [loader.load(storage.get(k), storage.location(k)) for k in record_keys]
-    measured = {_replica_name(r) for r in records if r.recorded_by == "workload"}
+    records = [interner.record(loader.load(storage.get(k), storage.location(k))) for k in record_keys]
+    measured = {r.replica for r in records if r.recorded_by == "workload"}
     recovered = _recover_from_logs(storage, exp, trial, repetition, keys, measured)
     # A recovered record replaces the executor's "exited without a record" stand-in for that replica.
-    records = [r for r in records if _replica_name(r) not in recovered]
-    records += [record for record, _where in recovered.values()]
+    records = [r for r in records if r.replica not in recovered]
+    records += [interner.record(record) for record, _where in recovered.values()]
     rtype, index = primary_replica(trial.job.kind, trial.job.replicas)
     primary = next(
-        (r for r in records if r.ids.replica_type.lower() == rtype.lower() and r.ids.replica_index == index),
+        (r for r in records if r.replica_type.lower() == rtype.lower() and r.replica_index == index),
         None,
     )
     status: str
@@ -201,10 +214,26 @@ def _load_run(
     return RunResult(repetition, status, error, launch, primary, records, where, resources)
 
 
+def _run_stats(measured: list[RunResult]) -> None:
+    """Each measured run's `stats`, metric by metric, summarised together (run_stats_many)."""
+    groups: dict[tuple[str, float], list[RunResult]] = {}
+    for run in measured:
+        assert run.primary is not None
+        for name, metric in run.primary.metrics.items():
+            if metric.values.size:
+                groups.setdefault((name, metric.ci_level), []).append(run)
+    for (name, level), runs in groups.items():
+        values = [r.primary.metrics[name].values for r in runs if r.primary]
+        for run, stats in zip(runs, run_stats_many(values, level), strict=True):
+            run.stats[name] = stats
+
+
 def _trial_metrics(runs: list[RunResult]) -> dict[str, TrialMetric]:
+    """The trial's metrics (those of its first measured run) over its measured runs."""
     measured = [r for r in runs if r.measured and r.primary is not None]
     if not measured:
         return {}
+    _run_stats(measured)
     metrics: dict[str, TrialMetric] = {}
     first = measured[0].primary
     assert first is not None
@@ -212,7 +241,9 @@ def _trial_metrics(runs: list[RunResult]) -> dict[str, TrialMetric]:
         per_run = [
             r.primary.metrics[name].values for r in measured if r.primary and name in r.primary.metrics
         ]
-        stats = trial_stats(per_run, meta.summary.ci_level)  # the hierarchical bootstrap, once
+        if not any(v.size for v in per_run):
+            continue
+        stats = trial_stats(per_run, meta.ci_level)  # the hierarchical bootstrap, once
         metrics[name] = TrialMetric(
             unit=meta.unit,
             direction=meta.direction,
@@ -220,36 +251,106 @@ def _trial_metrics(runs: list[RunResult]) -> dict[str, TrialMetric]:
             median=stats.median,
             ci_low=stats.ci_low,
             ci_high=stats.ci_high,
-            ci_level=meta.summary.ci_level,
+            ci_level=meta.ci_level,
             n_runs=len(per_run),
-            n_samples=int(np.sum([len(v) for v in per_run])),
+            n_samples=int(sum(v.size for v in per_run)),
             stats=stats,
         )
     return metrics
 
 
-def load_experiment(storage: Storage, experiment_id: str) -> ExperimentResult:
-    experiment = read_experiment(storage, experiment_id)
-    loader = RecordLoader()  # records share stacks and hardware: validated once, held once
-    # One listing, grouped by run, so each run looks only at its own keys (linear in the experiment).
-    by_run: dict[tuple[str, str], set[str]] = {}
+ByRun = dict[tuple[str, str], set[str]]  # (trial, repetition) → the keys under that run's prefix
+
+
+def _by_run(experiment_id: str, keys: list[str]) -> ByRun:
+    by_run: ByRun = {}
     depth = len(layout.experiment_prefix(experiment_id).split("/"))  # then trials/<trial>/runs/<rep>/...
-    for key in storage.list(layout.experiment_prefix(experiment_id) + "/trials"):
+    for key in keys:
         parts = key.split("/")
         if len(parts) > depth + 4 and parts[depth + 2] == "runs":
             by_run.setdefault((parts[depth + 1], parts[depth + 3]), set()).add(key)
+    return by_run
+
+
+def _load_trials(
+    storage: Storage, experiment: ExperimentDoc, trial_ids: list[str], by_run: ByRun | None
+) -> list[TrialResult]:
+    """The trials, from `by_run` (one listing of the whole experiment), or else listing each trial."""
+    loader = RecordLoader()  # records share stacks and hardware: validated once, held once
+    interner = Interner()  # and each record is kept as a compact view (kaliper.reporter.views)
+    if by_run is None:
+        keys = [k for t in trial_ids for k in storage.list(layout.trial_prefix(experiment.id, t))]
+        by_run = _by_run(experiment.id, keys)
     trials = []
-    for trial_id in experiment.trials:
-        doc = read_trial(storage, experiment_id, trial_id)
+    for trial_id in trial_ids:
+        doc = read_trial(storage, experiment.id, trial_id)
         runs = [
-            _load_run(storage, experiment_id, doc, rep, by_run.get((trial_id, str(rep)), set()), loader)
+            _load_run(
+                storage, experiment.id, doc, rep, by_run.get((trial_id, str(rep)), set()), loader, interner
+            )
             for rep in range(experiment.repetitions)
         ]
         trials.append(TrialResult(doc, runs, _trial_metrics(runs)))
+    return trials
+
+
+# What forked workers load from: set just before the pool forks, so nothing large is pickled to them.
+_SHARED: dict[str, Any] = {}
+
+
+def _load_chunk(trial_ids: list[str]) -> list[TrialResult]:
+    storage, experiment, by_run = _SHARED["load"]
+    return _load_trials(storage, experiment, trial_ids, by_run)
+
+
+def report_workers(runs: int) -> int:
+    """Processes that load an experiment: `KALIPER_REPORT_WORKERS`, else one per usable core (at most
+    8) from PARALLEL_RUNS runs on; one below that, where starting processes costs more than it saves."""
+    configured = os.environ.get(ENV_WORKERS, "").strip()
+    if configured:
+        try:
+            workers = int(configured)
+        except ValueError:
+            raise InputError(f"{ENV_WORKERS}={configured!r}: expected a whole number of processes") from None
+        return max(1, workers)
+    if runs < PARALLEL_RUNS or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(
+        1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    )
+
+
+def load_experiment(storage: Storage, experiment_id: str, workers: int | None = None) -> ExperimentResult:
+    """Every document of an experiment, reduced (see the module docstring).
+
+    Trials are independent, so large experiments are loaded by `workers` processes (default
+    `report_workers`), chunks of trials each, in order: the result is the same for any number of workers.
+    """
+    experiment = read_experiment(storage, experiment_id)
+    # Keys grouped by run, so each run looks only at its own (linear in the experiment): where listing is
+    # a request per page (S3), one listing of the experiment here; on a file system, each trial's
+    # directory where the trial is loaded (in the workers: a cold directory cache makes walking 100,000
+    # runs' directories take tens of seconds).
+    by_run = None
+    if not storage.cheap_listing:
+        by_run = _by_run(experiment_id, storage.list(layout.experiment_prefix(experiment_id) + "/trials"))
+    ids = list(experiment.trials)
+    workers = report_workers(len(ids) * experiment.repetitions) if workers is None else workers
+    if workers <= 1 or len(ids) < 2:
+        return ExperimentResult(experiment, _load_trials(storage, experiment, ids, by_run))
+    size = max(1, math.ceil(len(ids) / (4 * workers)))  # a few chunks per worker evens out their loads
+    chunks = [ids[i : i + size] for i in range(0, len(ids), size)]
+    _SHARED["load"] = (storage, experiment, by_run)
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=context) as pool:
+            trials = [trial for chunk in pool.map(_load_chunk, chunks) for trial in chunk]
+    finally:
+        _SHARED.clear()
     return ExperimentResult(experiment, trials)
 
 
 def run_medians(run: RunResult) -> dict[str, Any]:
     if run.primary is None or not run.measured:
         return {}
-    return {name: metric.summary.median for name, metric in run.primary.metrics.items()}
+    return {name: metric.median for name, metric in run.primary.metrics.items()}

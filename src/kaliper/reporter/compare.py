@@ -1,7 +1,8 @@
 """`kaliper compare`: stack B (candidate) against stack A (baseline), trial by trial, metric by metric.
 
-Sides: `EXP` (a whole experiment) or `EXP:TRIAL` (one trial, e.g. `quickstart-...-1a2b:t001`). Both sides
-name experiments, or both name trials.
+Sides: `EXP` (a whole experiment), `EXP@STACK` (the trials of one of its stacks, e.g. stack against
+stack inside one experiment) or `EXP:TRIAL` (one trial, e.g. `quickstart-...-1a2b:t001`). Both sides name
+experiments (or stacks), or both name trials.
 
 Comparability (refused with NotComparableError, exit 2, saying why):
 - same workload name (the framework may differ: it is part of the stack being compared);
@@ -18,6 +19,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 from kaliper.errors import InputError, NotFoundError
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult, load_experiment
@@ -37,10 +40,13 @@ class NotComparableError(InputError):
 class Side:
     experiment: str
     trial: str | None
+    stack: str | None = None  # only the trials of this stack (experiment sides)
 
     @property
     def label(self) -> str:
-        return self.experiment if self.trial is None else f"{self.experiment}:{self.trial}"
+        if self.trial is not None:
+            return f"{self.experiment}:{self.trial}"
+        return self.experiment if self.stack is None else f"{self.experiment}@{self.stack}"
 
 
 @dataclass
@@ -69,9 +75,12 @@ class CompareResult:
 
 def parse_side(text: str) -> Side:
     experiment, sep, trial = text.partition(":")
-    if not experiment or (sep and not trial):
-        raise InputError(f"{text!r}: expected EXPERIMENT or EXPERIMENT:TRIAL (e.g. my-exp-...:t001)")
-    return Side(experiment, trial or None)
+    experiment, at, stack = experiment.partition("@")
+    if not experiment or (sep and not trial) or (at and not stack) or (sep and at):
+        raise InputError(
+            f"{text!r}: expected EXPERIMENT, EXPERIMENT@STACK or EXPERIMENT:TRIAL (e.g. my-exp-...:t001)"
+        )
+    return Side(experiment, trial or None, stack or None)
 
 
 def _hardware_classes(result: ExperimentResult, trials: list[TrialResult]) -> set[str]:
@@ -83,15 +92,23 @@ def _hardware_classes(result: ExperimentResult, trials: list[TrialResult]) -> se
     return classes
 
 
-def _per_run_values(trial: TrialResult, metric: str) -> list[list[float]]:
+def _per_run_values(trial: TrialResult, metric: str) -> list[np.ndarray]:
     return [
-        list(r.primary.metrics[metric].values)
+        r.primary.metrics[metric].values
         for r in trial.runs
         if r.measured and r.primary is not None and metric in r.primary.metrics
     ]
 
 
 def _pick_trial(result: ExperimentResult, side: Side) -> list[TrialResult]:
+    if side.stack is not None:
+        found = [t for t in result.trials if t.doc.stack.name == side.stack]
+        if not found:
+            known = ", ".join(dict.fromkeys(t.doc.stack.name for t in result.trials))
+            raise NotFoundError(
+                f"{side.label}: no stack {side.stack!r} in {side.experiment} (stacks: {known})"
+            )
+        return found
     if side.trial is None:
         return result.trials
     found = [t for t in result.trials if t.doc.id == side.trial]
@@ -115,9 +132,21 @@ def compare_experiments(
 ) -> CompareResult:
     side_a, side_b = parse_side(a), parse_side(b)
     if (side_a.trial is None) != (side_b.trial is None):
-        raise InputError("give both sides as EXPERIMENT or both as EXPERIMENT:TRIAL")
+        raise InputError("give both sides as EXPERIMENT (or EXPERIMENT@STACK) or both as EXPERIMENT:TRIAL")
     result_a = load_experiment(storage_a, side_a.experiment)
     result_b = load_experiment(storage_b, side_b.experiment)
+    return compare_results(result_a, side_a, result_b, side_b, threshold, alpha)
+
+
+def compare_results(
+    result_a: ExperimentResult,
+    side_a: Side,
+    result_b: ExperimentResult,
+    side_b: Side,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+) -> CompareResult:
+    """`compare_experiments` on loaded experiments (the reporter compares with its baseline this way)."""
     name_a = result_a.experiment.workload.get("name")
     name_b = result_b.experiment.workload.get("name")
     if name_a != name_b:

@@ -11,13 +11,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from kaliper.documents import TrialDoc
-from kaliper.results.record import ResultRecord
+from kaliper.results.record import Hardware, WorkloadInfo
 
 
-def hardware_class(record: ResultRecord) -> dict[str, Any]:
+class Measured(Protocol):
+    """A result record, or the reporter's view of one (kaliper.reporter.views.RecordView)."""
+
+    @property
+    def workload(self) -> WorkloadInfo: ...
+
+    @property
+    def hardware(self) -> Hardware: ...
+
+
+def hardware_class(record: Measured) -> dict[str, Any]:
     """What hardware must match for two results to be comparable (not the host name)."""
     hw = record.hardware
     return {
@@ -29,13 +39,13 @@ def hardware_class(record: ResultRecord) -> dict[str, Any]:
     }
 
 
-def hardware_label(record: ResultRecord) -> str:
+def hardware_label(record: Measured) -> str:
     """The hardware class in words, for messages (`kaliper compare` refusing a pair)."""
     hw = hardware_class(record)
     return f"{hw['cpu_model']} × {hw['logical_cores']} logical cores; GPUs: {hw['gpus'] or 'none'}"
 
 
-def fingerprint(trial: TrialDoc, record: ResultRecord) -> str:
+def fingerprint(trial: TrialDoc, record: Measured) -> str:
     """12 hex digits over workload, the trial's parameters, its declared stack and the hardware class.
 
     The trial's parameters as planned: a record's params also hold values calibrated at run time (calls

@@ -34,6 +34,7 @@ from scipy import stats
 from kaliper.errors import InputError
 from kaliper.reporter.outputs import SUMMARY_SCHEMA
 from kaliper.results.record import ResultRecord, Stack, load_record
+from kaliper.spec_services import EXPERIMENT_ID
 from kaliper.storage import Storage, layout
 
 FlagKind = Literal["step", "outlier", "pending"]
@@ -160,14 +161,14 @@ class Series:
 
 
 def _summaries(storage: Storage, spec: str | None) -> list[dict[str, Any]]:
-    names = {
-        key.split("/")[1]
-        for key in storage.list(layout.EXPERIMENTS)
-        if key.endswith("/report/summary.json") and key.count("/") == 3
-    }
     summaries = []
-    for experiment in sorted(names):
+    for experiment in storage.children(layout.EXPERIMENTS):  # not every key of every experiment
+        match = EXPERIMENT_ID.match(experiment)
+        if spec is not None and match and match.group("spec") != spec:
+            continue
         key = layout.report_key(experiment, "summary.json")
+        if not storage.exists(key):
+            continue  # not reported (yet)
         document = storage.get_json(key)
         if not isinstance(document, dict) or document.get("schema") != SUMMARY_SCHEMA:
             raise InputError(

@@ -12,8 +12,10 @@ import hashlib
 from typing import Any
 
 from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult, run_medians
+from kaliper.reporter.compare import HEADERS
 from kaliper.reporter.outputs import summary_document
 from kaliper.reporter.plots import Box, BoxGroup, Point, bars_svg, distribution_svg, esc, num, scaling_svg
+from kaliper.reporter.verdict_tables import sections
 
 KEY_PACKAGES = (
     "torch",
@@ -37,7 +39,7 @@ h3{font-size:15px}table{border-collapse:collapse;margin:8px 0 16px}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f4f4f4}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
 pre{background:#f6f6f6;padding:8px;overflow:auto;max-height:300px;white-space:pre-wrap}
-.st-ok{color:#176f2c}.st-failed,.st-timeout,.st-missing{color:#b00020;font-weight:600}
+.st-ok,.v-faster{color:#176f2c}.v-slower{color:#b00020;font-weight:600}.st-failed,.st-timeout,.st-missing{color:#b00020;font-weight:600}
 .st-partial,.st-not_converged{color:#9a6700}.note{color:#555}figure{margin:8px 0 20px;overflow-x:auto}
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .pt{text-anchor:middle;font-size:13px;font-weight:600}
 svg .yt{text-anchor:end}svg .xt,svg .gl{text-anchor:middle}svg .al{text-anchor:middle}
@@ -62,6 +64,25 @@ def _table(header: list[str], rows: list[list[str]], numeric: set[int] | None = 
 
 def _status(status: str) -> str:
     return f'<span class="st-{esc(status)}">{esc(status)}</span>'
+
+
+# Per-trial detail (run tables, distributions, resource bars) for the first DETAIL_TRIALS trials only, and
+# at most DETAIL_FAILURES failed runs: a sweep of 10,000 trials would otherwise give a page of 200 MB that
+# no browser shows. Every trial is in the results table, summary.json and results.csv.
+DETAIL_TRIALS = 40
+DETAIL_FAILURES = 100
+
+
+def _detail(result: ExperimentResult) -> tuple[list[TrialResult], list[str]]:
+    """The trials shown in detail, and the note saying what was left out."""
+    shown = result.trials[:DETAIL_TRIALS]
+    left = len(result.trials) - len(shown)
+    if not left:
+        return shown, []
+    return shown, [
+        f'<p class="note">Detail for the first {len(shown)} of {len(result.trials)} trials; the other {left} '
+        "are in the results table above, summary.json and results.csv.</p>"
+    ]
 
 
 def _point(trial: TrialResult) -> str:
@@ -111,7 +132,9 @@ def _results(result: ExperimentResult, metric_names: list[str], units: dict[str,
         "within runs].</p>",
         _table(header, rows, set(range(first, first + 1 + len(metric_names)))),
     ]
-    for t in result.trials:
+    shown, note = _detail(result)
+    out += note
+    for t in shown:
         params = ", ".join(f"{k}={v}" for k, v in t.doc.params.items()) or "–"
         out.append(
             f"<h3>Trial {esc(t.doc.id)}</h3><p>Parameters: {esc(params)}; stack {esc(t.doc.stack.name)}</p>"
@@ -119,9 +142,9 @@ def _results(result: ExperimentResult, metric_names: list[str], units: dict[str,
         run_rows = []
         for r in t.runs:
             medians = run_medians(r)
-            sampling = r.primary.sampling if r.primary else None
-            converged = "–" if sampling is None else ("yes" if sampling.converged else "no")
-            samples = len(r.primary.samples.timed) if r.primary and r.primary.samples else 0
+            flag = r.primary.converged if r.primary else None
+            converged = "–" if flag is None else ("yes" if flag else "no")
+            samples = r.primary.n_samples if r.primary else 0
             run_rows.append(
                 [str(r.repetition), _status(r.status), converged, str(samples)]
                 + [esc(num(medians.get(n))) for n in metric_names]
@@ -133,9 +156,11 @@ def _results(result: ExperimentResult, metric_names: list[str], units: dict[str,
 
 def _distributions(result: ExperimentResult, metric_names: list[str], units: dict[str, str]) -> list[str]:
     out = ['<h2 id="distributions">Distributions</h2>']
+    shown, note = _detail(result)
+    out += note
     for name in metric_names:
         groups = []
-        for t in result.trials:
+        for t in shown:
             boxes = [
                 Box(f"rep {r.repetition}", r.primary.metrics[name].values)
                 for r in t.runs
@@ -197,61 +222,27 @@ def _scaling(result: ExperimentResult, metric_names: list[str], units: dict[str,
     return out
 
 
-def _comparison_cell(row: dict[str, Any], key: str) -> str:
-    value = row.get(key)
-    if key == "trial" and value is None:
-        value = row.get("params")
-    if isinstance(value, dict):
-        value = ", ".join(f"{k}={v}" for k, v in value.items())
-    if isinstance(value, float):
-        return esc(num(value))
-    return esc("–" if value is None else value)
-
-
-def _comparisons(
-    result: ExperimentResult, metric_names: list[str], comparisons: list[dict[str, Any]] | None
-) -> list[str]:
-    out = ['<h2 id="comparison">Comparison</h2>']
-    if comparisons is not None:
-        header = [
-            "trial/params",
-            "metric",
-            "median A",
-            "median B",
-            "ratio",
-            "CI low",
-            "CI high",
-            "p",
-            "verdict",
+def _comparisons(result: ExperimentResult) -> list[str]:
+    """Against the baseline, then stack against stack (kaliper.reporter.baseline), with CIs and verdicts."""
+    out = ['<h2 id="comparison">Comparisons</h2>']
+    found = sections(result)
+    if not found:
+        out.append('<p class="note">Nothing was compared (no baseline looked up).</p>')
+    for section in found:
+        out.append(f"<h3>{esc(section.title)}</h3>")
+        if section.note:
+            out.append(f'<p class="note">{esc(section.note)}</p>')
+            continue
+        out.append(f'<p class="note">{esc(section.description)}</p>')
+        verdict = HEADERS.index("verdict")
+        rows = [
+            [
+                f'<span class="v-{esc(c)}">{esc(c)}</span>' if i == verdict else esc(c)
+                for i, c in enumerate(row)
+            ]
+            for row in section.rows
         ]
-        keys = ["trial", "metric", "median_a", "median_b", "ratio", "ci_low", "ci_high", "p", "verdict"]
-        rows = [[_comparison_cell(c, k) for k in keys] for c in comparisons]
-        out.append(_table(header, rows, {2, 3, 4, 5, 6, 7}))
-        return out
-    out.append(
-        '<p class="note">Ratio of medians only; see <code>kaliper compare</code> for CIs and verdicts. '
-        "Each trial against the first trial.</p>"
-    )
-    base = result.trials[0] if result.trials else None
-    rows = []
-    for t in result.trials[1:]:
-        for n in metric_names:
-            a, b = base.metrics.get(n) if base else None, t.metrics.get(n)
-            ratio = b.median / a.median if a and b and a.median else None
-            rows.append(
-                [
-                    esc(f"{t.doc.id} ({_point(t)}) vs {base.doc.id if base else '–'}"),
-                    esc(n),
-                    esc(num(a.median if a else None)),
-                    esc(num(b.median if b else None)),
-                    esc(num(ratio)),
-                ]
-            )
-    out.append(
-        _table(["trial/params", "metric", "median A", "median B", "ratio of medians"], rows, {2, 3, 4})
-        if rows
-        else '<p class="note">Only one trial: nothing to compare.</p>'
-    )
+        out.append(_table(HEADERS, rows, {3, 4, 5}))
     return out
 
 
@@ -282,8 +273,11 @@ def _figure(run: RunResult, names: tuple[str, ...]) -> dict[str, Any] | None:
 def _resources(result: ExperimentResult) -> list[str]:
     out = ['<h2 id="resources">Resource use</h2>']
     runs = result.all_runs()
-    have = [(t, r) for t, r in runs if r.resources and r.resources.get("available")]
+    shown, note = _detail(result)
+    detail = {t.doc.id for t in shown}
+    have = [(t, r) for t, r in runs if t.doc.id in detail and r.resources and r.resources.get("available")]
     if have:
+        out += note
         seen = {n for _t, r in have for n in (r.resources or {}).get("figures", {})}
         columns = [c for c in RESOURCE_COLUMNS if any(n in seen for n in c[1])]
         rows = []
@@ -326,7 +320,9 @@ def _resources(result: ExperimentResult) -> list[str]:
             reason = str((r.resources or {}).get("reason") or "no resources block")
             reasons.setdefault(reason, []).append(f"{t.doc.id}/{r.repetition}")
     for reason, which in reasons.items():
-        scope = "all runs" if len(which) == len(runs) else ", ".join(which)
+        scope = "all runs" if len(which) == len(runs) else ", ".join(which[:20])
+        if len(which) > 20 and len(which) < len(runs):
+            scope += f" and {len(which) - 20} more runs"
         out.append(f'<p class="note">Resources unavailable for {esc(scope)}: {esc(reason)}</p>')
     return out
 
@@ -404,7 +400,12 @@ def _failures(result: ExperimentResult) -> list[str]:
     if not failed:
         return []
     out = ['<h2 id="failures">Failed runs</h2>']
-    for t, r in failed:
+    if len(failed) > DETAIL_FAILURES:
+        out.append(
+            f'<p class="note">The first {DETAIL_FAILURES} of {len(failed)} failed runs; all are in summary.json '
+            "and results.csv with their errors.</p>"
+        )
+    for t, r in failed[:DETAIL_FAILURES]:
         first, _, rest = (r.error or "").partition("\n")
         out.append(f"<h3>{esc(t.doc.id)} repetition {r.repetition}: {_status(r.status)}</h3>")
         out.append(f"<p>{esc(first) or '–'}</p>")
@@ -432,9 +433,8 @@ def _method(result: ExperimentResult) -> list[str]:
     return ['<h2 id="method">Method</h2>', "<ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"]
 
 
-def report_html(result: ExperimentResult, comparisons: list[dict[str, Any]] | None = None) -> str:
-    """The whole page. `comparisons`: rows with keys trial (or params), metric, median_a, median_b, ratio,
-    ci_low, ci_high, p, verdict (from `kaliper compare`); without them, ratios of medians vs the first trial."""
+def report_html(result: ExperimentResult) -> str:
+    """The whole page."""
     summary = summary_document(result)
     metric_names = list(dict.fromkeys(n for t in result.trials for n in t.metrics))
     units = {n: m.unit for t in result.trials for n, m in t.metrics.items()}
@@ -443,7 +443,7 @@ def report_html(result: ExperimentResult, comparisons: list[dict[str, Any]] | No
         *_results(result, metric_names, units),
         *_distributions(result, metric_names, units),
         *_scaling(result, metric_names, units),
-        *_comparisons(result, metric_names, comparisons),
+        *_comparisons(result),
         *_resources(result),
         *_provenance(result),
         *_failures(result),

@@ -11,8 +11,16 @@ import io
 from typing import Any
 
 from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialMetric, TrialResult, run_medians
+from kaliper.reporter.baseline import Comparisons
+from kaliper.reporter.compare import MetricComparison
 from kaliper.reporter.fingerprint import fingerprint, hardware_class
-from kaliper.statistics import run_stats
+from kaliper.reporter.verdict_tables import (
+    baseline_verdicts,
+    comparisons_of,
+    comparisons_summary,
+    markdown_lines,
+    verdict_entry,
+)
 
 SUMMARY_SCHEMA = "kaliper.summary/v1"
 CI_METHOD = "hierarchical-bootstrap"
@@ -30,8 +38,8 @@ def _run_summary(run: RunResult) -> dict[str, Any]:
         "repetition": run.repetition,
         "status": run.status,
         "error": run.error,
-        "converged": primary.sampling.converged if primary and primary.sampling else None,
-        "n_samples": len(primary.samples.timed) if primary and primary.samples else 0,
+        "converged": primary.converged if primary else None,
+        "n_samples": primary.n_samples if primary else 0,
         "medians": run_medians(run),
         "phases": {k: v.isoformat() if v else None for k, v in run.launch.phases.items()}
         if run.launch
@@ -46,8 +54,7 @@ def _run_summary(run: RunResult) -> dict[str, Any]:
                 "jitter": rs.jitter,
                 "cv": rs.cv,
             }
-            for name, metric in (primary.metrics.items() if primary and run.measured else ())
-            for rs in [run_stats(metric.values, metric.summary.ci_level)]
+            for name, rs in (run.stats.items() if run.measured else ())
         },
     }
 
@@ -66,7 +73,9 @@ def _trial_stats(metric: TrialMetric) -> dict[str, Any]:
     }
 
 
-def _trial_summary(trial: TrialResult) -> dict[str, Any]:
+def _trial_summary(
+    trial: TrialResult, comparisons: Comparisons | None, verdicts: dict[tuple[str, str], MetricComparison]
+) -> dict[str, Any]:
     counts = trial.counts
     record = trial.first_record
     return {
@@ -103,6 +112,10 @@ def _trial_summary(trial: TrialResult) -> dict[str, Any]:
                 "n": m.n_runs,
                 "n_samples": m.n_samples,
                 **_trial_stats(m),
+                # The verdict against the baseline experiment's paired trial (null: not compared).
+                "baseline": verdict_entry(comparisons, verdicts[(trial.doc.id, name)])
+                if comparisons and (trial.doc.id, name) in verdicts
+                else None,
             }
             for name, m in trial.metrics.items()
         },
@@ -138,6 +151,7 @@ def summary_document(result: ExperimentResult) -> dict[str, Any]:
 def _summary_document(result: ExperimentResult) -> dict[str, Any]:
     exp = result.experiment
     runs = [r for _t, r in result.all_runs()]
+    comparisons, verdicts = comparisons_of(result), baseline_verdicts(result)
     return {
         "schema": SUMMARY_SCHEMA,
         "experiment": exp.id,
@@ -152,8 +166,9 @@ def _summary_document(result: ExperimentResult) -> dict[str, Any]:
             "failed": sum(1 for r in runs if r.status in ("failed", "timeout")),
             "missing": sum(1 for r in runs if r.status == "missing"),
         },
-        "trials": [_trial_summary(t) for t in result.trials],
+        "trials": [_trial_summary(t, comparisons, verdicts) for t in result.trials],
         "provenance": _provenance(result),
+        "comparisons": comparisons_summary(result),
     }
 
 
@@ -181,27 +196,26 @@ def results_csv(result: ExperimentResult) -> str:
     writer.writerow(header)
     for rec in records:
         row: list[Any] = [
-            rec.ids.experiment,
-            rec.ids.trial,
-            rec.ids.repetition,
-            f"{rec.ids.replica_type.lower()}-{rec.ids.replica_index}",
+            rec.experiment,
+            rec.trial,
+            rec.repetition,
+            rec.replica,
             rec.status,
             rec.recorded_by,
-            rec.sampling.converged if rec.sampling else "",
-            len(rec.samples.timed) if rec.samples else 0,
+            "" if rec.converged is None else rec.converged,
+            rec.n_samples,
         ]
         row += [rec.params.get(p, "") for p in params]
         for m in metrics:
             metric = rec.metrics.get(m)
-            s = metric.summary if metric else None
-            row += [s.median, s.ci_low, s.ci_high, metric.unit] if metric and s else ["", "", "", ""]
+            row += [metric.median, metric.ci_low, metric.ci_high, metric.unit] if metric else ["", "", "", ""]
         row += [
             rec.workload.framework or "",
             rec.workload.framework_version or "",
             rec.stack.id,
             rec.hardware.cpu_model or "",
-            rec.timestamps.started.isoformat(),
-            rec.timestamps.finished.isoformat(),
+            rec.started.isoformat(),
+            rec.finished.isoformat(),
             (rec.error or "").splitlines()[0] if rec.error else "",
         ]
         writer.writerow(row)
@@ -252,6 +266,7 @@ def report_markdown(result: ExperimentResult) -> str:
         ]
         cells += [_metric_cell(t, n) for n in metric_names]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += markdown_lines(result)
 
     for t in result.trials:
         params = ", ".join(f"{k}={v}" for k, v in t.doc.params.items())

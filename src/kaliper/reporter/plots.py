@@ -89,7 +89,7 @@ class Box:
     """One box: a run's (or trial's) samples."""
 
     label: str
-    values: Sequence[float]
+    values: Sequence[float] | np.ndarray
 
 
 @dataclass

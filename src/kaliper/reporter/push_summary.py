@@ -7,6 +7,9 @@ reporter pushes under job `kaliper-report`, one group per result series (groupin
 - `kaliper_result_median`, `kaliper_result_ci_low`, `kaliper_result_ci_high`: the trial's median of run
   medians and its hierarchical-bootstrap CI;
 - `kaliper_result_runs`: how many runs were measured;
+- `kaliper_result_verdict{spec, experiment, fingerprint, metric, verdict, baseline}` = 1: the verdict
+  (faster, slower, equivalent, inconclusive) against the paired trial of the baseline experiment
+  (kaliper.reporter.baseline), when there was one;
 
 and, in the group {spec}, `kaliper_report_timestamp_seconds{spec, experiment}`: when the experiment was
 created (not when the report ran, so a rerun pushes the same values).
@@ -32,17 +35,20 @@ from kaliper.dashboards.metrics import (
     RESULT_LABELS,
     RESULT_MEDIAN,
     RESULT_RUNS,
+    RESULT_VERDICT,
     SUMMARY_JOB,
+    VERDICT_LABELS,
 )
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult
 from kaliper.reporter.fingerprint import fingerprint
 from kaliper.reporter.resources import pushgateway_url
-from kaliper.results.record import ResultRecord
+from kaliper.reporter.verdict_tables import baseline_verdicts, comparisons_of
+from kaliper.reporter.views import RecordView
 
 log = logging.getLogger(__name__)
 
 
-def _trial_record(trial: TrialResult) -> ResultRecord | None:
+def _trial_record(trial: TrialResult) -> RecordView | None:
     return trial.first_record
 
 
@@ -50,6 +56,8 @@ def summary_registries(result: ExperimentResult) -> list[tuple[dict[str, str], C
     """(grouping key, registry) for every group this experiment's report pushes."""
     exp = result.experiment
     groups: list[tuple[dict[str, str], CollectorRegistry]] = []
+    comparisons, verdicts = comparisons_of(result), baseline_verdicts(result)
+    baseline = comparisons.baseline if comparisons else None
     for trial in result.trials:
         record = _trial_record(trial)
         if record is None or not trial.metrics:
@@ -64,12 +72,21 @@ def summary_registries(result: ExperimentResult) -> list[tuple[dict[str, str], C
             ),
             "runs": Gauge(RESULT_RUNS, "Measured runs behind the result.", RESULT_LABELS, registry=registry),
         }
+        verdict = Gauge(
+            RESULT_VERDICT,
+            "1 for the verdict against the baseline experiment (label verdict).",
+            VERDICT_LABELS,
+            registry=registry,
+        )
         for name, metric in trial.metrics.items():
             labels = (exp.spec_name, exp.id, trial.doc.id, fp, record.workload.name, name, metric.unit)
             gauges["median"].labels(*labels).set(metric.median)
             gauges["ci_low"].labels(*labels).set(metric.ci_low)
             gauges["ci_high"].labels(*labels).set(metric.ci_high)
             gauges["runs"].labels(*labels).set(metric.n_runs)
+            against = verdicts.get((trial.doc.id, name))
+            if against is not None and baseline is not None:
+                verdict.labels(exp.spec_name, exp.id, fp, name, against.comparison.verdict, baseline).set(1)
         groups.append(({"spec": exp.spec_name, "fingerprint": fp}, registry))
     registry = CollectorRegistry()
     Gauge(

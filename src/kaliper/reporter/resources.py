@@ -138,8 +138,8 @@ def attach_resources(storage: Storage, result: ExperimentResult) -> None:
             continue
         primary = run.primary
         window = run_window(
-            primary.timestamps.started if primary else None,
-            primary.timestamps.finished if primary else None,
+            primary.started if primary else None,
+            primary.finished if primary else None,
             run.launch.phases if run.launch else None,
         )
         if window is None:

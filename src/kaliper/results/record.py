@@ -176,14 +176,16 @@ class RecordLoader:
         try:
             stack = document.get("stack")
             if isinstance(stack, dict):
-                key = orjson.dumps(stack, option=orjson.OPT_SORT_KEYS)  # exact: shared only when equal
+                key = orjson.dumps(
+                    stack
+                )  # exact: shared only when equal (records are written with sorted keys)
                 shared = self._stacks.get(key)
                 if shared is None:
                     shared = self._stacks[key] = Stack.model_validate(stack)
                 document["stack"] = shared
             hardware = document.get("hardware")
             if isinstance(hardware, dict):
-                hkey = orjson.dumps(hardware, option=orjson.OPT_SORT_KEYS)
+                hkey = orjson.dumps(hardware)
                 hw = self._hardware.get(hkey)
                 if hw is None:
                     hw = self._hardware[hkey] = Hardware.model_validate(hardware)

@@ -11,6 +11,8 @@ import json
 from abc import ABC, abstractmethod
 from typing import Any
 
+import orjson
+
 from kaliper.errors import StorageError
 
 
@@ -23,14 +25,25 @@ def check_key(key: str) -> str:
 
 
 def dump_json(document: Any) -> bytes:
-    """The canonical bytes of a JSON document: sorted keys, so identical content gives identical bytes."""
-    return (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    """The canonical bytes of a JSON document: sorted keys, so identical content gives identical bytes.
+
+    orjson (indented like `json.dumps(indent=2)`, UTF-8 unescaped): about 20x faster on a report's
+    150 MB summary.json. A non-finite float becomes null, where the standard library would write the
+    invalid token NaN.
+    """
+    options = (
+        orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    )
+    return orjson.dumps(document, option=options) + b"\n"
 
 
 class Storage(ABC):
     """put / get / exists / list over one storage root named by a URL."""
 
     url: str
+    # Whether listing one small prefix is cheap (a local directory), or a request each (object stores):
+    # the reporter then lists prefix by prefix instead of the whole experiment at once.
+    cheap_listing = False
 
     @abstractmethod
     def put(self, key: str, data: bytes) -> None:
@@ -43,6 +56,11 @@ class Storage(ABC):
     @abstractmethod
     def exists(self, key: str) -> bool:
         """Whether an object is stored under `key`."""
+
+    @abstractmethod
+    def children(self, prefix: str) -> list[str]:
+        """The names one level below `prefix` (objects and "folders" alike), sorted: what finding the
+        experiments in a storage needs, without listing each experiment's every key."""
 
     @abstractmethod
     def list(self, prefix: str) -> list[str]:

@@ -18,9 +18,15 @@ class FileStorage(Storage):
     reader never sees a half-written file.
     """
 
+    cheap_listing = True
+
     def __init__(self, root: Path, url: str) -> None:
         self.root = root
         self.url = url
+        self._root = str(root)  # the hot paths (get, list) join strings: pathlib costs ~5 µs a path
+
+    def _name(self, key: str) -> str:
+        return os.path.join(self._root, check_key(key))
 
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
@@ -57,9 +63,10 @@ class FileStorage(Storage):
             )
 
     def get(self, key: str) -> bytes:
-        path = self._path(key)
+        path = self._name(key)
         try:
-            return path.read_bytes()
+            with open(path, "rb") as handle:
+                return handle.read()
         except FileNotFoundError:
             raise NotFoundError(f"{path} does not exist") from None
         except OSError as exc:
@@ -68,18 +75,28 @@ class FileStorage(Storage):
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
+    def children(self, prefix: str) -> list[str]:
+        prefix = prefix.strip("/")
+        base = self.root / check_key(prefix) if prefix else self.root
+        if not base.is_dir():
+            return []
+        with os.scandir(base) as entries:
+            return sorted(e.name for e in entries if not (e.name.startswith(".") and e.name.endswith(".tmp")))
+
     def list(self, prefix: str) -> list[str]:
         prefix = prefix.strip("/")
         base = self.root / check_key(prefix) if prefix else self.root
         if not base.is_dir():
             return []
         keys = []
+        start = len(os.path.join(self._root, ""))  # the root with its trailing separator
         for dirpath, _dirnames, filenames in os.walk(base):
+            folder = dirpath[start:].replace(os.sep, "/")
             for name in filenames:
                 if name.startswith(".") and name.endswith(".tmp"):
                     continue
-                keys.append(Path(dirpath, name).relative_to(self.root).as_posix())
+                keys.append(f"{folder}/{name}" if folder else name)
         return sorted(keys)
 
     def location(self, key: str) -> str:
-        return str(self._path(key))
+        return self._name(key)

@@ -259,19 +259,27 @@ class S3Storage(Storage):
 
         return self._call(f"looking up {self.location(key)}", stat)
 
-    def list(self, prefix: str) -> list[str]:
+    def _listing(self, prefix: str, recursive: bool) -> tuple[str, list[str]]:
+        """(the name prefix listed, the names under it): objects, and "folders" too when not recursive."""
         prefix = prefix.strip("/")
         if prefix:
             check_key(prefix)
         base = "/".join(p for p in (self.prefix, prefix) if p)
         start = f"{base}/" if base else ""
-        strip = f"{self.prefix}/" if self.prefix else ""
 
         def names(client: Minio) -> list[str]:
-            objects = client.list_objects(self.bucket, prefix=start or None, recursive=True)
-            return [o.object_name for o in objects if o.object_name and not o.is_dir]
+            objects = client.list_objects(self.bucket, prefix=start or None, recursive=recursive)
+            return [o.object_name for o in objects if o.object_name and not (recursive and o.is_dir)]
 
-        listed = self._call(f"listing s3://{self.bucket}/{start}", names)
+        return start, self._call(f"listing s3://{self.bucket}/{start}", names)
+
+    def children(self, prefix: str) -> list[str]:
+        start, listed = self._listing(prefix, recursive=False)
+        return sorted({name[len(start) :].rstrip("/") for name in listed if name.startswith(start)} - {""})
+
+    def list(self, prefix: str) -> list[str]:
+        _start, listed = self._listing(prefix, recursive=True)
+        strip = f"{self.prefix}/" if self.prefix else ""
         return sorted(name[len(strip) :] for name in listed if name.startswith(strip))
 
     def location(self, key: str) -> str:

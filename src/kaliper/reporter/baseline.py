@@ -1,0 +1,130 @@
+"""What a report compares: the experiment against its baseline, and its stacks against each other.
+
+- Baseline (spec `report.baseline`): `previous` (the default) is the latest earlier experiment of the same
+  spec in the same storage that has a report; for a schedule, the last run before this one. Earlier is by
+  the creation time in the experiment ids (`<spec>-<yyyymmddThhmmssZ>-<4 hex>`), so a rerun of the
+  reporter picks the same baseline. Or an experiment id, or `none`.
+- Stacks: when the spec lists several stacks, each stack's trials against the first stack's, paired by
+  their parameters.
+
+Both go through `kaliper compare`'s code (`compare_results`: same workload and hardware class, trials
+paired by parameters, Benjamini-Hochberg over the family) at the spec's `report.threshold` and `alpha`.
+When a comparison cannot be made, the report says why instead; it never fails the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kaliper.documents import ExperimentDoc
+from kaliper.errors import InputError
+from kaliper.reporter.aggregate import ExperimentResult, load_experiment
+from kaliper.reporter.compare import CompareResult, Side, compare_results
+from kaliper.spec_services import EXPERIMENT_ID, ReportSpec
+from kaliper.storage import Storage, layout
+
+
+@dataclass(frozen=True)
+class Comparisons:
+    settings: ReportSpec
+    baseline: str | None = None  # the experiment compared against
+    against_baseline: CompareResult | None = None
+    baseline_note: str | None = None  # why there is no comparison with a baseline
+    stacks: list[CompareResult] = field(default_factory=list)  # each later stack against the first
+    stacks_note: str | None = None
+
+
+def report_settings(experiment: ExperimentDoc) -> ReportSpec:
+    """The spec's `report:` section as the configurator stored it (older experiments: the defaults)."""
+    return ReportSpec.model_validate(experiment.report or {})
+
+
+def _order(experiment_id: str) -> tuple[str, str]:
+    match = EXPERIMENT_ID.match(experiment_id)
+    return (match.group("stamp") if match else "", experiment_id)
+
+
+def experiments_of(storage: Storage, spec_name: str) -> list[str]:
+    """Ids of the experiments of one spec in `storage`, oldest first (one listing of the top level)."""
+    ids = []
+    for name in storage.children(layout.EXPERIMENTS):
+        match = EXPERIMENT_ID.match(name)
+        if match and match.group("spec") == spec_name:
+            ids.append(name)
+    return sorted(ids, key=_order)
+
+
+def previous_experiment(storage: Storage, experiment: ExperimentDoc) -> str | None:
+    """The latest experiment of the same spec created before this one that has a report."""
+    mine = _order(experiment.id)
+    for candidate in reversed(experiments_of(storage, experiment.spec_name)):
+        if _order(candidate) < mine and storage.exists(layout.report_key(candidate, "summary.json")):
+            return candidate
+    return None
+
+
+def _baseline(storage: Storage, result: ExperimentResult, settings: ReportSpec) -> Comparisons:
+    exp = result.experiment
+    if settings.baseline == "none":
+        return Comparisons(settings, baseline_note="no baseline (the spec's report.baseline is none)")
+    if settings.baseline == "previous":
+        base = previous_experiment(storage, exp)
+        if base is None:
+            return Comparisons(
+                settings,
+                baseline_note=(
+                    f"no earlier reported experiment of spec {exp.spec_name!r} in this storage: "
+                    "nothing to compare with yet"
+                ),
+            )
+    else:
+        base = settings.baseline
+        if base == exp.id:
+            return Comparisons(settings, baseline_note="report.baseline names this very experiment")
+        if not storage.exists(layout.experiment_key(base)):
+            return Comparisons(
+                settings, baseline=base, baseline_note=f"baseline {base} not found in {storage.url}"
+            )
+    try:
+        base_result = load_experiment(storage, base)
+        compared = compare_results(
+            base_result, Side(base, None), result, Side(exp.id, None), settings.threshold, settings.alpha
+        )
+    except InputError as exc:  # not comparable, or the baseline's documents cannot be read
+        return Comparisons(settings, baseline=base, baseline_note=f"not compared with {base}: {exc}")
+    return Comparisons(settings, baseline=base, against_baseline=compared)
+
+
+def _stacks(result: ExperimentResult, settings: ReportSpec) -> tuple[list[CompareResult], str | None]:
+    names = list(dict.fromkeys(t.doc.stack.name for t in result.trials))
+    if len(names) < 2:
+        return [], None
+    exp = result.experiment.id
+    out, notes = [], []
+    for name in names[1:]:  # `kaliper compare EXP@FIRST EXP@NAME`
+        try:
+            out.append(
+                compare_results(
+                    result,
+                    Side(exp, None, names[0]),
+                    result,
+                    Side(exp, None, name),
+                    settings.threshold,
+                    settings.alpha,
+                )
+            )
+        except InputError as exc:
+            notes.append(f"stack {name} not compared with stack {names[0]}: {exc}")
+    return out, "; ".join(notes) or None
+
+
+def compare_for_report(storage: Storage, result: ExperimentResult) -> Comparisons:
+    """The report's comparisons (kept on the result: summary.json, report.md and report.html show them)."""
+    settings = report_settings(result.experiment)
+    found = _baseline(storage, result, settings)
+    stacks, note = _stacks(result, settings)
+    comparisons = Comparisons(
+        settings, found.baseline, found.against_baseline, found.baseline_note, stacks, note
+    )
+    result.cache["comparisons"] = comparisons
+    return comparisons

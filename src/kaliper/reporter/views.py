@@ -1,0 +1,140 @@
+"""What the reporter keeps of each stored record and launch document: compact, read-only views.
+
+A validated `ResultRecord` is a tree of about ten pydantic models and costs ~10 KiB of memory even with
+its stack and hardware shared; an experiment of 100,000 runs would hold a gigabyte of them. Each record
+is validated in full (the boundary), then reduced at once to a `RecordView`: slotted dataclasses, a
+metric's per-sample values as one numpy array, the stack, hardware, workload and parameters shared
+between the records that have equal ones. What the reporter does not read (warm-up samples, raw
+nanoseconds, `derived`) is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import orjson
+
+from kaliper.documents import FailureInfo, LaunchDoc
+from kaliper.results.record import Hardware, ResultRecord, Stack, WorkloadInfo
+
+
+@dataclass(frozen=True, slots=True)
+class MetricView:
+    unit: str
+    direction: str
+    formula: str | None
+    raw: bytes  # the per-sample values as float64 bytes: smaller than an array, and quick to pickle
+    median: float  # the record's own summary (order statistics), as the workload computed it
+    ci_low: float | None
+    ci_high: float | None
+    ci_level: float
+
+    @property
+    def values(self) -> np.ndarray:
+        """One value per timed sample, in sample order (a read-only float64 array over `raw`)."""
+        return np.frombuffer(self.raw, dtype=np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordView:
+    experiment: str
+    trial: str
+    repetition: int
+    replica_type: str
+    replica_index: int
+    status: str
+    error: str | None
+    recorded_by: str
+    workload: WorkloadInfo
+    params: dict[str, Any]
+    started: datetime
+    finished: datetime
+    converged: bool | None  # None: no sampling outcome (nothing was measured)
+    n_samples: int  # timed samples
+    metrics: dict[str, MetricView]
+    stack: Stack
+    hardware: Hardware
+
+    @property
+    def replica(self) -> str:
+        """ "master-0", "worker-1": how logs and messages name the replica."""
+        return f"{self.replica_type.lower()}-{self.replica_index}"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchView:
+    status: str  # succeeded | failed
+    reason: str
+    message: str
+    executor: str
+    phases: dict[str, datetime | None]
+    failure: FailureInfo | None
+
+
+class Interner:
+    """One shared instance per distinct value (keyed by its canonical JSON), for the parts many records
+    repeat: workload, parameters, and the strings of metric units and formulas."""
+
+    def __init__(self) -> None:
+        self._workloads: dict[tuple[str, str | None, str | None, str], WorkloadInfo] = {}
+        self._params: dict[bytes, dict[str, Any]] = {}
+        self._strings: dict[str, str] = {}
+
+    def workload(self, w: WorkloadInfo) -> WorkloadInfo:
+        return self._workloads.setdefault((w.name, w.framework, w.framework_version, w.version), w)
+
+    def params(self, params: dict[str, Any]) -> dict[str, Any]:
+        key = orjson.dumps(params, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)
+        return self._params.setdefault(key, params)
+
+    def string(self, text: str | None) -> str | None:
+        return None if text is None else self._strings.setdefault(text, text)
+
+    def record(self, record: ResultRecord) -> RecordView:
+        """The view of a validated record (the record itself can then be dropped)."""
+        metrics = {
+            name: MetricView(
+                unit=self.string(m.unit) or "",
+                direction=self.string(m.direction) or "",
+                formula=self.string(m.formula),
+                raw=np.asarray(m.values, dtype=np.float64).tobytes(),
+                median=m.summary.median,
+                ci_low=m.summary.ci_low,
+                ci_high=m.summary.ci_high,
+                ci_level=m.summary.ci_level,
+            )
+            for name, m in record.metrics.items()
+        }
+        ids = record.ids
+        return RecordView(
+            experiment=ids.experiment,
+            trial=ids.trial,
+            repetition=ids.repetition,
+            replica_type=self.string(ids.replica_type) or "",
+            replica_index=ids.replica_index,
+            status=self.string(record.status) or "",
+            error=record.error,
+            recorded_by=self.string(record.recorded_by) or "",
+            workload=self.workload(record.workload),
+            params=self.params(record.params),
+            started=record.timestamps.started,
+            finished=record.timestamps.finished,
+            converged=record.sampling.converged if record.sampling else None,
+            n_samples=len(record.samples.timed) if record.samples else 0,
+            metrics=metrics,
+            stack=record.stack,  # already shared by RecordLoader
+            hardware=record.hardware,
+        )
+
+    def launch(self, doc: LaunchDoc) -> LaunchView:
+        return LaunchView(
+            status=self.string(doc.status) or "",
+            reason=self.string(doc.reason) or "",
+            message=doc.message,
+            executor=self.string(doc.executor) or "",
+            phases=dict(doc.phases),
+            failure=doc.failure,
+        )

@@ -1,0 +1,64 @@
+"""The reporter on larger experiments: loading with worker processes changes nothing, the page stays
+readable, and the worker setting is checked. (Speed and memory: benchmarks/reporter_scale.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kaliper.errors import InputError
+from kaliper.reporter import write_report
+from kaliper.reporter.aggregate import ENV_WORKERS, load_experiment, report_workers
+from kaliper.reporter.html import DETAIL_TRIALS, report_html
+from kaliper.reporter.outputs import results_csv, summary_document
+from kaliper.storage import Storage, layout, open_storage
+from synthetic import SPEC, build_records, plan_spec, write_experiment
+
+
+def experiment(tmp_path: Path, trials: int, repetitions: int) -> tuple[Storage, str]:
+    doc: dict[str, Any] = yaml.safe_load(SPEC.read_text())
+    doc.update(name="large", matrix={"matrix_size": list(range(32, 32 + trials))}, repetitions=repetitions)
+    storage = open_storage(f"file://{tmp_path / 'store'}")
+    plan = plan_spec(doc, storage.url)
+    write_experiment(storage, plan, build_records(plan, samples=8))
+    return storage, plan.experiment.id
+
+
+def test_loading_with_workers_gives_the_same_report(tmp_path: Path) -> None:
+    storage, exp = experiment(tmp_path, trials=7, repetitions=3)
+    serial = load_experiment(storage, exp, workers=1)
+    parallel = load_experiment(storage, exp, workers=2)  # 7 trials in chunks of 1 over 2 processes
+    assert [t.doc.id for t in parallel.trials] == [t.doc.id for t in serial.trials]
+    assert summary_document(parallel) == summary_document(serial)
+    assert results_csv(parallel) == results_csv(serial)
+    assert report_html(parallel) == report_html(serial)
+
+
+def test_report_workers_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_WORKERS, raising=False)
+    assert report_workers(10) == 1  # small experiments: no processes to start
+    assert report_workers(100_000) >= 1
+    monkeypatch.setenv(ENV_WORKERS, "3")
+    assert report_workers(10) == 3
+    monkeypatch.setenv(ENV_WORKERS, "many")
+    with pytest.raises(InputError, match=f"{ENV_WORKERS}='many': expected a whole number"):
+        report_workers(10)
+
+
+def test_page_details_the_first_trials_and_lists_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("KALIPER_PROMETHEUS", "KALIPER_PUSHGATEWAY"):
+        monkeypatch.setenv(name, "")
+    trials = DETAIL_TRIALS + 5
+    storage, exp = experiment(tmp_path, trials=trials, repetitions=2)
+    write_report(storage, exp)
+    html = storage.get(layout.report_key(exp, "report.html")).decode()
+    assert f"Detail for the first {DETAIL_TRIALS} of {trials} trials" in html
+    assert html.count("<h3>Trial ") == DETAIL_TRIALS  # one run table per detailed trial
+    summary = json.loads(storage.get(layout.report_key(exp, "summary.json")))
+    assert len(summary["trials"]) == trials  # everything is in summary.json
+    last = summary["trials"][-1]["trial"]
+    assert f"<td>{last}</td>" in html  # and every trial is in the results table

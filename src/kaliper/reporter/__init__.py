@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kaliper.reporter.aggregate import ExperimentResult, load_experiment
+from kaliper.reporter.aggregate import ExperimentResult, bulk, load_experiment
 from kaliper.reporter.baseline import compare_for_report
 from kaliper.reporter.html import report_html
 from kaliper.reporter.outputs import SUMMARY_SCHEMA, report_markdown, results_csv, summary_document
@@ -26,13 +26,14 @@ def write_report(storage: Storage, experiment_id: str) -> ReportPaths:
     result = load_experiment(storage, experiment_id)
     attach_resources(storage, result)
     compare_for_report(storage, result)  # against the baseline experiment, and stack against stack
-    document = summary_document(result)
-    files = {
-        "summary.json": dump_json(document),
-        "results.csv": results_csv(result).encode(),
-        "report.md": report_markdown(result).encode(),
-        "report.html": report_html(result).encode(),
-    }
+    with bulk():
+        document = summary_document(result)
+        files = {
+            "summary.json": dump_json(document),
+            "results.csv": results_csv(result).encode(),
+            "report.md": report_markdown(result).encode(),
+            "report.html": report_html(result).encode(),
+        }
     for name, data in files.items():
         storage.put(layout.report_key(experiment_id, name), data)
     push_summary(result)  # only when a Pushgateway is configured; never fails the report

@@ -12,6 +12,7 @@ import pytest
 from kaliper.errors import InputError, NotFoundError, ObjectExistsError, StorageError, StorageURLError
 from kaliper.storage import check_storage_url, dump_json, layout, open_storage
 from kaliper.storage.file import FileStorage
+from kaliper.storage.readahead import ReadAhead
 
 WRITERS = 8
 RACE_KEYS = 12
@@ -313,3 +314,19 @@ def test_layout_keys_are_valid_storage_keys(store: FileStorage) -> None:
     assert store.list(layout.experiment_prefix("e")) == sorted(keys)
     assert layout.record_key("e", "t000", 1, "Master", 0) == "experiments/e/trials/t000/runs/1/master-0.json"
     assert os.path.basename(layout.log_key("e", "t", 0, "master-0", "stdout")) == "master-0.stdout.log"
+
+
+def test_read_ahead_serves_each_prefetched_object_once(store: FileStorage) -> None:
+    store.put("a/1.json", b"one")
+    store.put("a/2.json", b"two")
+    ahead = ReadAhead(store, ["a/1.json", "a/2.json", "a/missing.json", "a/1.json"], threads=3)
+    (store.root / "a" / "1.json").unlink()  # from now on only the fetched copy has it
+    assert ahead.get("a/1.json") == b"one"
+    with pytest.raises(NotFoundError, match=r"1\.json does not exist"):
+        ahead.get("a/1.json")  # served once; then the storage's own answer
+    assert ahead.exists("a/2.json") and not ahead.exists("a/missing.json")
+    with pytest.raises(NotFoundError, match=r"missing\.json does not exist"):
+        ahead.get("a/missing.json")  # the error of the fetch, raised when the key is read
+    store.put("b", b"later")
+    assert ahead.get("b") == b"later"  # not fetched ahead: read through
+    assert ahead.list("a") == ["a/2.json"] and ahead.location("b") == store.location("b")

@@ -26,11 +26,13 @@ from kaliper.reporter.views import Interner, LaunchView, RecordView
 from kaliper.results.record import RecordLoader, ResultRecord, load_record
 from kaliper.statistics import RunStats, TrialStats, run_stats_many, trial_stats
 from kaliper.storage import Storage, layout
+from kaliper.storage.readahead import ReadAhead
 from kaliper.workloads.runtime import RESULT_LINE_PREFIX
 
 MEASURED = ("ok", "not_converged")
 ENV_WORKERS = "KALIPER_REPORT_WORKERS"
 PARALLEL_RUNS = 2000  # runs in an experiment from which the reporter loads it with several processes
+READ_AHEAD_TRIALS = 20  # trials whose documents are fetched at once from an object store (ReadAhead)
 
 
 @dataclass(slots=True)
@@ -303,11 +305,25 @@ def _load_trials(
         keys = [k for t in trial_ids for k in storage.list(layout.trial_prefix(experiment.id, t))]
         by_run = _by_run(experiment.id, keys)
     trials = []
-    for trial_id in trial_ids:
-        doc = read_trial(storage, experiment.id, trial_id)
+    source = storage
+    for number, trial_id in enumerate(trial_ids):
+        if not storage.cheap_listing and number % READ_AHEAD_TRIALS == 0:
+            # An object store: fetch the next trials' documents concurrently (not the logs: large, and
+            # read only to recover a record that could not be stored).
+            batch = trial_ids[number : number + READ_AHEAD_TRIALS]
+            wanted = [layout.trial_key(experiment.id, t) for t in batch]
+            wanted += [
+                key
+                for t in batch
+                for rep in range(experiment.repetitions)
+                for key in sorted(by_run.get((t, str(rep)), ()))
+                if key.endswith(".json")
+            ]
+            source = ReadAhead(storage, wanted)
+        doc = read_trial(source, experiment.id, trial_id)
         runs = [
             _load_run(
-                storage, experiment.id, doc, rep, by_run.get((trial_id, str(rep)), set()), loader, interner
+                source, experiment.id, doc, rep, by_run.get((trial_id, str(rep)), set()), loader, interner
             )
             for rep in range(experiment.repetitions)
         ]

@@ -216,7 +216,7 @@ def nonempty_runs(runs: Sequence[RunSamples]) -> list[np.ndarray]:
 
 
 @dataclass(frozen=True)
-class _SortedRuns:
+class SortedRuns:
     """A trial's non-empty runs, each sorted, also laid end to end: per-run reductions in a few numpy
     calls for the whole trial instead of a few per run (the reporter does this for 100,000 runs)."""
 
@@ -226,7 +226,7 @@ class _SortedRuns:
     flat: np.ndarray
 
     @classmethod
-    def of(cls, runs: Sequence[RunSamples]) -> _SortedRuns:
+    def of(cls, runs: Sequence[RunSamples]) -> SortedRuns:
         ordered = [np.sort(a) for a in nonempty_runs(runs)]
         if not ordered:
             raise ValueError("no samples to summarise")
@@ -250,7 +250,7 @@ class _SortedRuns:
 
 
 def _bootstrap_ci(
-    runs: _SortedRuns, confidence: float, resamples: int, seed: int
+    runs: SortedRuns, confidence: float, resamples: int, seed: int
 ) -> tuple[float, float, float]:
     point = float(np.median(runs.medians()))
     replicate = bootstrap_medians(runs.ordered, resamples, seed)
@@ -271,7 +271,7 @@ def hierarchical_bootstrap_median(
     their exact resampling distribution over order statistics (`_median_positions`). Seeded, so a report
     regenerated from the same records is identical.
     """
-    return _bootstrap_ci(_SortedRuns.of(runs), confidence, resamples, seed)
+    return _bootstrap_ci(SortedRuns.of(runs), confidence, resamples, seed)
 
 
 # ---------------------------------------------------------------------------------------- one run
@@ -402,7 +402,7 @@ def trial_stats(
     4. without costs: "more repetitions" when the between-run term dominates (S2² ≥ S1²/n̄), else "more
        samples per run".
     """
-    sorted_runs = _SortedRuns.of(runs)
+    sorted_runs = SortedRuns.of(runs)
     median, low, high = _bootstrap_ci(sorted_runs, confidence, resamples, seed)
     sizes = sorted_runs.sizes
     n_bar = float(sizes.mean())

@@ -22,6 +22,7 @@ from kaliper.statistics import (
     DEFAULT_CONFIDENCE,
     DEFAULT_THRESHOLD,
     RunSamples,
+    SortedRuns,
     bootstrap_medians,
     nonempty_runs,
 )
@@ -101,10 +102,6 @@ def decide(
     return "inconclusive", f"CI overlaps the edge of {band}"
 
 
-def _run_medians(arrays: Sequence[np.ndarray]) -> np.ndarray:
-    return np.array([np.median(a) for a in arrays])
-
-
 def compare(
     a_runs: Sequence[RunSamples],
     b_runs: Sequence[RunSamples],
@@ -132,12 +129,13 @@ def compare(
     arrays_a, arrays_b = nonempty_runs(a_runs), nonempty_runs(b_runs)
     if not arrays_a or not arrays_b:
         raise ValueError("both sides need samples to compare")
-    medians_a, medians_b = _run_medians(arrays_a), _run_medians(arrays_b)
+    runs_a, runs_b = SortedRuns.of(arrays_a), SortedRuns.of(arrays_b)  # sorted once: medians and bootstrap
+    medians_a, medians_b = runs_a.medians(), runs_b.medians()
     median_a, median_b = float(np.median(medians_a)), float(np.median(medians_b))
     if median_a <= 0 or median_b <= 0:
         raise ValueError("a ratio of medians needs positive medians")
-    rep_a = bootstrap_medians([np.sort(a) for a in arrays_a], resamples, seed)
-    rep_b = bootstrap_medians([np.sort(b) for b in arrays_b], resamples, seed + 1)
+    rep_a = bootstrap_medians(runs_a.ordered, resamples, seed)
+    rep_b = bootstrap_medians(runs_b.ordered, resamples, seed + 1)
     if direction == "more_is_better":
         ratio, replicates = median_b / median_a, rep_b / rep_a
     else:

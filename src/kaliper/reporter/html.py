@@ -11,9 +11,9 @@ import base64
 import hashlib
 from typing import Any
 
-from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult, run_medians
+from kaliper.reporter.aggregate import ExperimentResult, TrialResult, run_medians
 from kaliper.reporter.compare import HEADERS
-from kaliper.reporter.outputs import summary_document
+from kaliper.reporter.outputs import RESOURCE_COLUMNS, format_bytes, resource_figure, summary_document
 from kaliper.reporter.plots import Box, BoxGroup, Point, bars_svg, distribution_svg, esc, num, scaling_svg
 from kaliper.reporter.verdict_tables import sections
 
@@ -246,30 +246,6 @@ def _comparisons(result: ExperimentResult) -> list[str]:
     return out
 
 
-RESOURCE_COLUMNS = (
-    ("CPU cores mean", ("cpu_cores",), "mean", num),
-    ("CPU cores max", ("cpu_cores",), "max", num),
-    ("memory peak", ("memory_working_set_bytes", "memory_rss_bytes"), "max", None),
-    ("disk read/s", ("disk_read_bytes_per_second",), "mean", None),
-    ("disk write/s", ("disk_write_bytes_per_second",), "mean", None),
-    ("net rx/s", ("network_receive_bytes_per_second",), "mean", None),
-    ("GPU util %", ("gpu_utilization_percent",), "mean", num),
-    ("GPU power W", ("gpu_power_watts",), "mean", num),
-)
-
-
-def _bytes(value: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(value) >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value:.3g} B"
-
-
-def _figure(run: RunResult, names: tuple[str, ...]) -> dict[str, Any] | None:
-    figures = (run.resources or {}).get("figures", {})
-    return next((figures[n] for n in names if n in figures), None)
-
-
 def _resources(result: ExperimentResult) -> list[str]:
     out = ['<h2 id="resources">Resource use</h2>']
     runs = result.all_runs()
@@ -283,9 +259,9 @@ def _resources(result: ExperimentResult) -> list[str]:
         rows = []
         for t, r in have:
             cells = [esc(t.doc.id), str(r.repetition), esc((r.resources or {}).get("source"))]
-            for _label, names, stat, fmt in columns:
-                figure = _figure(r, names)
-                cells.append(esc((fmt or _bytes)(figure[stat])) if figure else "–")
+            for _label, names, stat, is_bytes in columns:
+                figure = resource_figure(r, names)
+                cells.append(esc((format_bytes if is_bytes else num)(figure[stat])) if figure else "–")
             rows.append(cells)
         out.append('<p class="note">Over each run\'s measurement window (mean and max over time).</p>')
         out.append(
@@ -302,7 +278,7 @@ def _resources(result: ExperimentResult) -> list[str]:
             bars = [
                 (f"{t.doc.id} rep {r.repetition}", fig["mean"] / scale, fig["max"] / scale)
                 for t, r in have
-                if (fig := _figure(r, names)) is not None
+                if (fig := resource_figure(r, names)) is not None
             ]
             if bars:
                 out.append(f"<figure>{bars_svg(title, unit, bars)}</figure>")
@@ -377,7 +353,7 @@ def _provenance(result: ExperimentResult) -> list[str]:
             out.append(f"<details><summary>Framework build</summary><pre>{esc(config)}</pre></details>")
     hosts = {(r.hardware.hostname, r.hardware.cpu_model): r.hardware for r in records}
     for (host, _cpu), hw in sorted(hosts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        memory = _bytes(float(hw.memory_bytes)) if hw.memory_bytes else "–"
+        memory = format_bytes(float(hw.memory_bytes)) if hw.memory_bytes else "–"
         gpus = "; ".join(", ".join(f"{k}={v}" for k, v in sorted(g.items())) for g in hw.gpus) or "none"
         items = [
             ("cpu model", hw.cpu_model or "unknown"),

@@ -314,7 +314,7 @@ def report_markdown(result: ExperimentResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _bytes(value: float | None) -> str:
+def format_bytes(value: float | None) -> str:
     if value is None:
         return "–"
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -323,17 +323,24 @@ def _bytes(value: float | None) -> str:
     return f"{value:.3g} B"
 
 
-# (column, figures to try in order, statistic, format)
-_RESOURCE_COLUMNS: tuple[tuple[str, tuple[str, ...], str, Any], ...] = (
-    ("CPU cores mean", ("cpu_cores",), "mean", _num),
-    ("CPU cores max", ("cpu_cores",), "max", _num),
-    ("memory peak", ("memory_working_set_bytes", "memory_rss_bytes"), "max", _bytes),
-    ("disk read/s", ("disk_read_bytes_per_second",), "mean", _bytes),
-    ("disk write/s", ("disk_write_bytes_per_second",), "mean", _bytes),
-    ("net rx/s", ("network_receive_bytes_per_second",), "mean", _bytes),
-    ("GPU util %", ("gpu_utilization_percent",), "mean", _num),
-    ("GPU power W", ("gpu_power_watts",), "mean", _num),
+# The resource table of report.md and report.html: (column, figures to try in order, statistic, whether
+# the figure is bytes (shown with format_bytes) rather than a plain number).
+RESOURCE_COLUMNS: tuple[tuple[str, tuple[str, ...], str, bool], ...] = (
+    ("CPU cores mean", ("cpu_cores",), "mean", False),
+    ("CPU cores max", ("cpu_cores",), "max", False),
+    ("memory peak", ("memory_working_set_bytes", "memory_rss_bytes"), "max", True),
+    ("disk read/s", ("disk_read_bytes_per_second",), "mean", True),
+    ("disk write/s", ("disk_write_bytes_per_second",), "mean", True),
+    ("net rx/s", ("network_receive_bytes_per_second",), "mean", True),
+    ("GPU util %", ("gpu_utilization_percent",), "mean", False),
+    ("GPU power W", ("gpu_power_watts",), "mean", False),
 )
+
+
+def resource_figure(run: RunResult, names: tuple[str, ...]) -> dict[str, Any] | None:
+    """The first of `names` among the run's resource figures."""
+    figures = (run.resources or {}).get("figures", {})
+    return next((figures[n] for n in names if n in figures), None)
 
 
 def _resources_markdown(result: ExperimentResult) -> list[str]:
@@ -343,7 +350,7 @@ def _resources_markdown(result: ExperimentResult) -> list[str]:
     lines = ["", "## Resource use", ""]
     if have:
         seen = {name for _t, r in have for name in (r.resources or {}).get("figures", {})}
-        columns = [c for c in _RESOURCE_COLUMNS if any(n in seen for n in c[1])]
+        columns = [c for c in RESOURCE_COLUMNS if any(n in seen for n in c[1])]
         lines += [
             "Over each run's measurement window (mean and max over time; memory: the peak).",
             "",
@@ -351,12 +358,10 @@ def _resources_markdown(result: ExperimentResult) -> list[str]:
             "|" + "---|" * (3 + len(columns)),
         ]
         for t, r in have:
-            block = r.resources or {}
-            figures = block.get("figures", {})
-            cells = [t.doc.id, str(r.repetition), str(block.get("source"))]
-            for _label, names, stat, fmt in columns:
-                figure = next((figures[n] for n in names if n in figures), None)
-                cells.append(fmt(figure[stat]) if figure else "–")
+            cells = [t.doc.id, str(r.repetition), str((r.resources or {}).get("source"))]
+            for _label, names, stat, is_bytes in columns:
+                figure = resource_figure(r, names)
+                cells.append((format_bytes if is_bytes else _num)(figure[stat]) if figure else "–")
             lines.append("| " + " | ".join(cells) + " |")
         by_reason: dict[str, set[str]] = {}
         for _t, r in have:

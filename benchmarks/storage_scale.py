@@ -14,7 +14,7 @@ between them are taken on the same (shared, noisy) machine at the same time:
    project's configurator (`configure` on examples/quickstart.yaml with a `matrix_size` sweep giving
    N / repetitions trials), and each record is made by the workload runtime's own `build_record` from
    a synthetic measurement of 50 timed samples (log-normal durations, pi-matmul's GFLOP/s and
-   time-per-call metrics, summaries by `kaliper.statistics`). Provenance (stack with every installed
+   time-per-call metrics, summaries by `kaliper.analysis.statistics`). Provenance (stack with every installed
    package, hardware) is captured once and reused for every record: `build_record` would capture it
    again for each one, which is what a workload process does once but is needless here.
 3. The reporter at scale: a complete experiment of M records on file:// (spec.yaml, experiment.json,

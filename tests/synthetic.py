@@ -3,7 +3,7 @@
 Through Kaliper's own code: a spec configured by the configurator (quickstart.yaml's pi-matmul with a
 `matrix_size` sweep, or any such spec document), one `kaliper.result/v1` record per run made by the
 workload runtime's `build_record` from a synthetic pi-matmul measurement (log-normal sample times, the
-real GFLOP/s and time-per-call metrics, summaries by kaliper.statistics), a launch.json per run as the
+real GFLOP/s and time-per-call metrics, summaries by kaliper.analysis.statistics), a launch.json per run as the
 local executor writes it, and the documents of `write_plan`. `scale` multiplies the sample times: a
 known shift for testing verdicts. Provenance (stack, hardware) is captured once and reused for every
 record.
@@ -24,14 +24,14 @@ from typing import Any
 import numpy as np
 import yaml
 
+from kaliper.analysis.statistics import relative_ci_width
 from kaliper.configurator import ExperimentPlan, TrialPlan, configure, write_plan
 from kaliper.configurator.jobs import for_repetition, primary_replica
-from kaliper.documents import LaunchDoc, ReplicaLaunch, to_document
 from kaliper.local.operator_env import pod_name
+from kaliper.results.documents import LaunchDoc, ReplicaLaunch, to_document
 from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import Hardware, Stack
 from kaliper.spec import spec_from_text
-from kaliper.statistics import relative_ci_width
 from kaliper.storage import Storage, layout
 from kaliper.workloads import runtime
 from kaliper.workloads.calibration import MATMUL_GFLOPS_FORMULA, rate_metrics

@@ -15,9 +15,9 @@ import yaml
 
 from conftest import CliRunner
 from kaliper.configurator.jobs import replica_counts
-from kaliper.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.errors import WorkloadError
 from kaliper.local.operator_env import tf_config
+from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import ResultRecord, load_record
 from kaliper.workloads.measurement import Measurement
 from kaliper.workloads.models_tf import ClusterConfig, params_digest

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from kaliper.configurator.jobs import replica_counts
-from kaliper.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.errors import WorkloadError
 from kaliper.local.operator_env import pytorch_env
+from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import ResultRecord, load_record
 from kaliper.workloads import imagefiles
 from kaliper.workloads.measurement import Measurement

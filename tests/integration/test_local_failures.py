@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kaliper.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
+from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import ResultRecord, load_record
 
 pytestmark = pytest.mark.slow

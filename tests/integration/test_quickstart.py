@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import EXAMPLES, CliRunner
+from kaliper.analysis.statistics import hierarchical_bootstrap_median
 from kaliper.results.record import ResultRecord, load_record
-from kaliper.statistics import hierarchical_bootstrap_median
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kaliper.dashboards.metrics import RESULT_VERDICT
 from kaliper.errors import InputError, NotFoundError
+from kaliper.monitoring.metrics import RESULT_VERDICT
 from kaliper.reporter import write_report
 from kaliper.reporter.compare import compare_document, compare_experiments
 from kaliper.storage import Storage, layout, open_storage

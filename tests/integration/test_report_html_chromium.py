@@ -25,7 +25,7 @@ from kaliper.reporter.html import page_shell, report_html
 from kaliper.reporter.plots import num
 from kaliper.reporter.resources import attach_resources
 from kaliper.spec import load_spec
-from kaliper.spec_services import ReportSpec
+from kaliper.spec.services import ReportSpec
 from kaliper.storage import open_storage
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kaliper.dashboards.metrics import SUMMARY_JOB
 from kaliper.local.runner import run_spec
+from kaliper.monitoring.metrics import SUMMARY_JOB
 from kaliper.reporter import load_experiment, write_report
 from kaliper.reporter.fingerprint import fingerprint
 from kaliper.reporter.push_summary import push_summary

@@ -20,7 +20,7 @@ from k8s_schemas import argo_problems, crd_problems
 from kaliper.configurator import configure
 from kaliper.errors import SpecError
 from kaliper.spec import LoadedSpec, load_spec, spec_from_text
-from kaliper.steps.jobspec import prepare_job
+from kaliper.steps.jobobject import prepare_job
 from kaliper.workflows.argo import cron_workflow_document, workflow_document
 from kaliper.workflows.compile import compile_spec, dump_yaml
 from kaliper.workflows.plan import ARGO, cluster_plan, configure_argv, launch_argv, report_argv

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from conftest import REPO, CliRunner
-from kaliper.dashboards import SUMMARY_JOB, SUMMARY_METRICS, VERDICTS
+from kaliper.analysis.terms import VERDICTS
 from kaliper.dashboards.build import LIVE_TITLE, LIVE_UID, RESULTS_TITLE, RESULTS_UID
 from kaliper.dashboards.generate import (
     DASHBOARD_DIR,
@@ -28,6 +28,7 @@ from kaliper.dashboards.generate import (
     SIDECAR_LABEL,
     dashboard_files,
 )
+from kaliper.monitoring.metrics import SUMMARY_JOB, SUMMARY_METRICS
 from kaliper.monitoring.prometheus import QUERIES
 from kaliper.monitoring.push import METRIC_NAMES
 from kaliper.monitoring.sampler import PROCESS_METRICS

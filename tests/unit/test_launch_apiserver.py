@@ -23,11 +23,11 @@ import pytest
 from kubernetes.client import Configuration
 
 from kaliper.configurator import configure, write_plan
-from kaliper.documents import LaunchDoc, to_document
 from kaliper.errors import ExecutionError
+from kaliper.results.documents import LaunchDoc, to_document
 from kaliper.spec import spec_from_text
 from kaliper.steps import launch as launch_module
-from kaliper.steps.jobspec import RESULTS_VOLUME, WORKFLOW_LABEL, job_name
+from kaliper.steps.jobobject import RESULTS_VOLUME, WORKFLOW_LABEL, job_name
 from kaliper.steps.kubeapi import JobApi
 from kaliper.steps.launch import launch_run
 from kaliper.storage import Storage, layout, open_storage

@@ -21,7 +21,7 @@ from kaliper.configurator import configure
 from kaliper.configurator.jobs import LABEL_EXPERIMENT, LABEL_REPETITION, LABEL_TRIAL, replica_specs
 from kaliper.errors import InputError
 from kaliper.spec import spec_from_text
-from kaliper.steps.jobspec import (
+from kaliper.steps.jobobject import (
     MAX_JOB_NAME,
     RESULTS_VOLUME,
     WORKFLOW_LABEL,

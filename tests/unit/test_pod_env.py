@@ -19,8 +19,8 @@ from kaliper.configurator.jobs import replica_specs
 from kaliper.configurator.render import BUILTIN_TEMPLATES, render_template
 from kaliper.errors import SpecError
 from kaliper.spec import spec_from_text
-from kaliper.spec_services import S3Spec
-from kaliper.steps.jobspec import prepare_job
+from kaliper.spec.services import S3Spec
+from kaliper.steps.jobobject import prepare_job
 
 SECRET_VALUES = {
     "AWS_ACCESS_KEY_ID": "AKIA-KALIPER-MARKER-1",

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from kaliper.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.errors import InputError, SchemaVersionError
+from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import RESULT_SCHEMA, RecordLoader, ResultRecord, load_record
 from kaliper.workloads import get_workload
 from kaliper.workloads.runtime import RunIdentity, build_record, failure_record

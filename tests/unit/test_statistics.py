@@ -1,4 +1,4 @@
-"""kaliper.statistics: order-statistic CIs of the median and the hierarchical bootstrap."""
+"""kaliper.analysis.statistics: order-statistic CIs of the median and the hierarchical bootstrap."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from kaliper.statistics import (
+from kaliper.analysis.statistics import (
     BOOTSTRAP_SEED,
     hierarchical_bootstrap_median,
     median_ci,

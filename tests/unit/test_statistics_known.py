@@ -1,4 +1,4 @@
-"""kaliper.statistics against known answers: the exact bootstrap law, run/trial stats, compare, BH."""
+"""kaliper.analysis.statistics against known answers: the exact bootstrap law, run/trial stats, compare, BH."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from kaliper.statistics import _median_positions as median_positions
-from kaliper.statistics import hierarchical_bootstrap_median, run_stats, run_stats_many, trial_stats
-from kaliper.verdicts import adjust_family, benjamini_hochberg, compare, min_mannwhitney_p
+from kaliper.analysis.statistics import _median_positions as median_positions
+from kaliper.analysis.statistics import hierarchical_bootstrap_median, run_stats, run_stats_many, trial_stats
+from kaliper.analysis.verdicts import adjust_family, benjamini_hochberg, compare, min_mannwhitney_p
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 12])

@@ -13,8 +13,8 @@ from kaliper.configurator.experiment import (
     new_experiment_id,
     write_plan,
 )
-from kaliper.documents import EXPERIMENT_SCHEMA, TRIAL_SCHEMA, ExperimentDoc, TrialDoc, load_versioned
 from kaliper.errors import NotFoundError, StorageError
+from kaliper.results.documents import EXPERIMENT_SCHEMA, TRIAL_SCHEMA, ExperimentDoc, TrialDoc, load_versioned
 from kaliper.storage import Storage, layout
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kaliper.spec import BenchmarkSpec
-from kaliper.spec_services import S3Spec
+from kaliper.spec.services import S3Spec
 
 # The names kaliper.storage.s3 and kaliper.monitoring read (spelled out here so that rendering a job does
 # not import minio or the monitoring client; a unit test checks they agree).

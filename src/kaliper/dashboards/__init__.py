@@ -4,28 +4,8 @@
   (`kaliper.monitoring.push`), the local process exporter (`kaliper.monitoring.sampler`) and the
   cluster equivalents (cAdvisor joined with `kube_pod_labels`, DCGM), as in `kaliper.monitoring.prometheus`.
 - "Kaliper / Results" (uid `kaliper-results`): the summary metrics the reporter pushes after each report
-  (names in `kaliper.dashboards.metrics`).
+  (names in `kaliper.monitoring.metrics`).
 
 `kaliper dashboards [--out DIR]` writes them (`generate.dashboard_files`). Importing this package does not
 import the SDK; only building does.
 """
-
-from __future__ import annotations
-
-from kaliper.dashboards.metrics import (
-    REPORT_LABELS,
-    RESULT_LABELS,
-    SUMMARY_JOB,
-    SUMMARY_METRICS,
-    VERDICT_LABELS,
-    VERDICTS,
-)
-
-__all__ = [
-    "REPORT_LABELS",
-    "RESULT_LABELS",
-    "SUMMARY_JOB",
-    "SUMMARY_METRICS",
-    "VERDICTS",
-    "VERDICT_LABELS",
-]

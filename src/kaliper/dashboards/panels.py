@@ -18,7 +18,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 from grafana_foundation_sdk.models import prometheus as prometheus_models
 
-from kaliper.dashboards import metrics as summary
+from kaliper.monitoring import metrics as summary
 from kaliper.monitoring.prometheus import POD_JOIN
 from kaliper.monitoring.push import JOB as LIVE_JOB
 from kaliper.monitoring.sampler import EXPORTER_JOB

@@ -10,7 +10,7 @@ from grafana_foundation_sdk.builders import dashboard as dashboard_builders
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
-from kaliper.dashboards import metrics as summary
+from kaliper.analysis.terms import VERDICTS
 from kaliper.dashboards.panels import (
     DATASOURCE,
     RESULTS_TITLE,
@@ -24,6 +24,7 @@ from kaliper.dashboards.panels import (
     result_series,
     timeseries_panel,
 )
+from kaliper.monitoring import metrics as summary
 
 _VERDICT_COLOURS = {"faster": "green", "slower": "red", "equivalent": "blue", "inconclusive": "yellow"}
 
@@ -31,7 +32,7 @@ _VERDICT_COLOURS = {"faster": "green", "slower": "red", "equivalent": "blue", "i
 def _verdict_mappings() -> list[dict[str, Any]]:
     options = {
         verdict: {"color": _VERDICT_COLOURS[verdict], "index": index}
-        for index, verdict in enumerate(summary.VERDICTS)
+        for index, verdict in enumerate(VERDICTS)
     }
     return [{"type": "value", "options": options}]
 

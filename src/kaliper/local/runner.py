@@ -17,12 +17,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kaliper.configurator import ExperimentPlan, TrialPlan, configure, write_plan
 from kaliper.configurator.jobs import for_repetition, primary_replica
 from kaliper.configurator.podenv import REGION_ENV, S3_ENDPOINT_ENV
-from kaliper.documents import FailureInfo, LaunchDoc, ReplicaLaunch, to_document
 from kaliper.errors import InputError
 from kaliper.local.executor import JobResult, LocalExecutor, ReplicaProcess
 from kaliper.monitoring.sampler import LocalSampler
 from kaliper.reporter import ReportPaths, write_report
 from kaliper.reporter.resources import prometheus_url, pushgateway_url, store_resources
+from kaliper.results.documents import FailureInfo, LaunchDoc, ReplicaLaunch, to_document
 from kaliper.results.record import load_record
 from kaliper.spec import BenchmarkSpec, LoadedSpec
 from kaliper.storage import Storage, layout, open_storage

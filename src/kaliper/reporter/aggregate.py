@@ -17,14 +17,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from kaliper.analysis.statistics import RunStats, TrialStats, run_stats_many, trial_stats
 from kaliper.configurator import read_experiment, read_trial
 from kaliper.configurator.jobs import primary_replica
-from kaliper.documents import LAUNCH_SCHEMA, ExperimentDoc, LaunchDoc, TrialDoc, load_versioned
 from kaliper.errors import InputError
 from kaliper.reporter.resources import load_resources
 from kaliper.reporter.views import Interner, LaunchView, RecordView
+from kaliper.results.documents import LAUNCH_SCHEMA, ExperimentDoc, LaunchDoc, TrialDoc, load_versioned
 from kaliper.results.record import RecordLoader, ResultRecord, load_record
-from kaliper.statistics import RunStats, TrialStats, run_stats_many, trial_stats
 from kaliper.storage import Storage, layout
 from kaliper.storage.readahead import ReadAhead
 from kaliper.workloads.runtime import RESULT_LINE_PREFIX

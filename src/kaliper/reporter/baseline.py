@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kaliper.documents import ExperimentDoc
 from kaliper.errors import InputError
 from kaliper.reporter.aggregate import ExperimentResult, load_experiment
 from kaliper.reporter.compare import CompareResult, Side, compare_results
-from kaliper.spec_services import EXPERIMENT_ID, ReportSpec
+from kaliper.results.documents import ExperimentDoc
+from kaliper.spec.services import EXPERIMENT_ID, ReportSpec
 from kaliper.storage import Storage, layout
 
 

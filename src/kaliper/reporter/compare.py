@@ -11,7 +11,7 @@ Comparability (refused with NotComparableError, exit 2, saying why):
   trials without a partner are listed as unpaired, and no pair at all is refused. Trials: the two trials'
   parameters may differ (that difference is what is compared); the output names the differences.
 Each pair is compared on every metric both sides measured with the same unit and direction
-(kaliper.verdicts.compare), with Benjamini-Hochberg over the whole family (adjust_family).
+(kaliper.analysis.verdicts.compare), with Benjamini-Hochberg over the whole family (adjust_family).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from kaliper.analysis.terms import DEFAULT_ALPHA, DEFAULT_THRESHOLD
+from kaliper.analysis.verdicts import Comparison, adjust_family, compare
 from kaliper.errors import InputError, NotFoundError
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult, load_experiment
 from kaliper.reporter.fingerprint import hardware_label
-from kaliper.statistics import DEFAULT_THRESHOLD
 from kaliper.storage import Storage
-from kaliper.verdicts import DEFAULT_ALPHA, Comparison, adjust_family, compare
 
 COMPARE_SCHEMA = "kaliper.compare/v1"
 

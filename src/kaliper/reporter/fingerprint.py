@@ -13,7 +13,7 @@ import hashlib
 import json
 from typing import Any, Protocol
 
-from kaliper.documents import TrialDoc
+from kaliper.results.documents import TrialDoc
 from kaliper.results.record import Hardware, WorkloadInfo
 
 

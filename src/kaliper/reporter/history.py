@@ -34,7 +34,7 @@ from scipy import stats
 from kaliper.errors import InputError
 from kaliper.reporter.outputs import SUMMARY_SCHEMA
 from kaliper.results.record import ResultRecord, Stack, load_record
-from kaliper.spec_services import EXPERIMENT_ID
+from kaliper.spec.services import EXPERIMENT_ID
 from kaliper.storage import Storage, layout
 
 FlagKind = Literal["step", "outlier", "pending"]
@@ -255,3 +255,54 @@ def analyse(
             if a is not None and b is not None:
                 one.diffs[flag.index] = stack_diff(a, b)
     return history
+
+
+HISTORY_SCHEMA = "kaliper.history/v1"
+
+
+def history_document(history: list[Series], threshold: float, z_limit: float) -> dict[str, Any]:
+    """The JSON form of an analysed history (what `--json` writes)."""
+    return {
+        "schema": HISTORY_SCHEMA,
+        "threshold": threshold,
+        "z_limit": z_limit,
+        "series": [
+            {
+                "fingerprint": s.fingerprint,
+                "spec": s.spec,
+                "workload": s.workload,
+                "params": s.params,
+                "stack": s.stack,
+                "metric": s.metric,
+                "unit": s.unit,
+                "direction": s.direction,
+                "points": [
+                    {
+                        "experiment": p.experiment,
+                        "created": p.created.isoformat(),
+                        "trial": p.trial,
+                        "median": p.median,
+                        "ci_low": p.ci_low,
+                        "ci_high": p.ci_high,
+                        "n_runs": p.n_runs,
+                        "stack_id": p.stack_id,
+                    }
+                    for p in s.points
+                ],
+                "flags": [
+                    {
+                        "kind": f.kind,
+                        "experiment": s.points[f.index].experiment,
+                        "index": f.index,
+                        "change": f.change,
+                        "z": f.z if abs(f.z) != float("inf") else None,
+                        "baseline": f.baseline,
+                        "verdict": s.verdict(f),
+                        "stack_diff": s.diffs.get(f.index),
+                    }
+                    for f in s.flags
+                ],
+            }
+            for s in history
+        ],
+    }

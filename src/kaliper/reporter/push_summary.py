@@ -27,7 +27,7 @@ import logging
 
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 
-from kaliper.dashboards.metrics import (
+from kaliper.monitoring.metrics import (
     REPORT_LABELS,
     REPORT_TIMESTAMP,
     RESULT_CI_HIGH,

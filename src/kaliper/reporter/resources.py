@@ -15,9 +15,15 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from kaliper.documents import RESOURCES_SCHEMA, ExperimentDoc, ResourcesDoc, load_versioned, to_document
 from kaliper.monitoring import prometheus
 from kaliper.monitoring.push import ENV_URL as ENV_PUSHGATEWAY
+from kaliper.results.documents import (
+    RESOURCES_SCHEMA,
+    ExperimentDoc,
+    ResourcesDoc,
+    load_versioned,
+    to_document,
+)
 from kaliper.storage import Storage, layout
 
 if TYPE_CHECKING:

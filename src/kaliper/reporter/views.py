@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from kaliper.documents import FailureInfo, LaunchDoc
+from kaliper.results.documents import FailureInfo, LaunchDoc
 from kaliper.results.record import Hardware, ResultRecord, Stack, WorkloadInfo
 
 

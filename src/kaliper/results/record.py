@@ -13,7 +13,7 @@ from typing import Any, Final, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kaliper.documents import load_versioned
+from kaliper.results.documents import load_versioned
 
 RESULT_SCHEMA: Final = "kaliper.result/v1"
 RunStatus = Literal["ok", "failed", "timeout", "not_converged"]

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from kaliper.configurator.jobs import CONTAINER_NAME, replica_counts
-from kaliper.documents import ReplicaLaunch
+from kaliper.results.documents import ReplicaLaunch
 
 REPLICA_TYPE_LABEL: Final = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL: Final = "training.kubeflow.org/replica-index"

@@ -21,9 +21,9 @@ from typing import Any, Final
 
 from kaliper.configurator import read_job
 from kaliper.configurator.jobs import CONTAINER_NAME
-from kaliper.documents import LAUNCH_SCHEMA, FailureInfo, LaunchDoc, load_versioned, to_document
 from kaliper.errors import ExecutionError
-from kaliper.steps.jobspec import ownership_problem, plural_of, prepare_job, resolve_namespace
+from kaliper.results.documents import LAUNCH_SCHEMA, FailureInfo, LaunchDoc, load_versioned, to_document
+from kaliper.steps.jobobject import ownership_problem, plural_of, prepare_job, resolve_namespace
 from kaliper.steps.jobstate import JobState, PodView, job_state, main_container_status, parse_time
 from kaliper.steps.kubeapi import JobApi, KubeApiError
 from kaliper.storage import Storage, layout

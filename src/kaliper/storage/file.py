@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 from kaliper.errors import NotFoundError, ObjectExistsError, StorageError
+from kaliper.storage.atomic import is_temp_name, write_atomically
 from kaliper.storage.base import Storage, check_key
 
 
@@ -40,19 +39,10 @@ class FileStorage(Storage):
             return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    self._check_same(path, key, data)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
+                write_atomically(path, data, exclusive=True)
+            except FileExistsError:
+                self._check_same(path, key, data)
         except OSError as exc:
             raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
@@ -81,7 +71,7 @@ class FileStorage(Storage):
         if not base.is_dir():
             return []
         with os.scandir(base) as entries:
-            return sorted(e.name for e in entries if not (e.name.startswith(".") and e.name.endswith(".tmp")))
+            return sorted(e.name for e in entries if not is_temp_name(e.name))
 
     def list(self, prefix: str) -> list[str]:
         prefix = prefix.strip("/")
@@ -93,7 +83,7 @@ class FileStorage(Storage):
         for dirpath, _dirnames, filenames in os.walk(base):
             folder = dirpath[start:].replace(os.sep, "/")
             for name in filenames:
-                if name.startswith(".") and name.endswith(".tmp"):
+                if is_temp_name(name):
                     continue
                 keys.append(f"{folder}/{name}" if folder else name)
         return sorted(keys)

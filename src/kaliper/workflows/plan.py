@@ -13,7 +13,7 @@ from typing import Any, Final
 from kaliper.configurator.podenv import EnvVar, step_env
 from kaliper.errors import SpecError
 from kaliper.spec import LoadedSpec
-from kaliper.spec_services import S3Spec
+from kaliper.spec.services import S3Spec
 
 # Where the configure step writes its outputs inside its pod (an emptyDir-free path every image has).
 OUTPUT_DIR: Final = "/tmp/kaliper"

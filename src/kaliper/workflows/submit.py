@@ -10,7 +10,7 @@ from typing import Any
 
 from kaliper.errors import ClusterError
 from kaliper.spec import LoadedSpec
-from kaliper.steps.jobspec import pod_namespace
+from kaliper.steps.jobobject import pod_namespace
 from kaliper.workflows.argo import workflow_document
 from kaliper.workflows.plan import cluster_plan
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from kaliper import __version__
+from kaliper.analysis.statistics import median_ci, relative_ci_width
 from kaliper.errors import KaliperError, StorageError
 from kaliper.monitoring.push import start_live_push
 from kaliper.results.provenance import capture_hardware, capture_stack
@@ -30,7 +31,6 @@ from kaliper.results.record import (
     Timestamps,
     WorkloadInfo,
 )
-from kaliper.statistics import median_ci, relative_ci_width
 from kaliper.storage import layout, open_storage
 from kaliper.workloads.catalog import get_workload
 from kaliper.workloads.measurement import Measurement, MetricDef

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from kaliper.statistics import relative_ci_width
+from kaliper.analysis.statistics import relative_ci_width
 
 # Decisions after each timed sample; processes that must stop together (DDP ranks, MultiWorkerMirrored
 # workers) exchange them through `agree` and all follow the leader's.

@@ -1,9 +1,7 @@
-"""The cluster commands of `kaliper`: `compile`, `submit`, and the `step` commands run inside pods."""
+"""`kaliper step configure|launch|report`: what the workflow's pods run (not meant to be typed by hand)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -96,62 +94,5 @@ def step_report(
     print(f"summary: {paths.summary}")
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Temp file + rename: an interrupted compile never leaves half a file behind."""
-    path = path.absolute()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def register(app: typer.Typer) -> None:
     app.add_typer(step_app, name="step")
-
-    @app.command("compile")
-    def compile_(
-        spec: Annotated[Path, typer.Argument(help="Benchmark spec (YAML).")],
-        target: Annotated[
-            str, typer.Option(help="workflow | workflowtemplate | cron | kfp (KFP v2 IR)")
-        ] = "workflowtemplate",
-        output: Annotated[
-            Path | None, typer.Option("-o", "--output", help="File to write (default: stdout).")
-        ] = None,
-    ) -> None:
-        """Compile a spec to Argo YAML or a Kubeflow Pipelines v2 pipeline (deterministic output)."""
-        from kaliper.spec import load_spec
-        from kaliper.workflows.compile import TARGETS, compile_spec
-
-        if target not in TARGETS:
-            raise InputError(f"--target: expected one of {', '.join(TARGETS)}, found {target!r}")
-        text = compile_spec(load_spec(spec), target)
-        if output is None:
-            print(text, end="")
-        else:
-            if not output.parent.is_dir():
-                raise InputError(f"--output {output}: directory {output.parent} does not exist")
-            write_atomically(output, text)
-            print(f"wrote {output}")
-
-    @app.command()
-    def submit(
-        spec: Annotated[Path, typer.Argument(help="Benchmark spec (YAML).")],
-        namespace: Annotated[
-            str | None, typer.Option("-n", "--namespace", help="Default: the spec's, else the kubeconfig's.")
-        ] = None,
-        context: Annotated[str | None, typer.Option(help="kubeconfig context (default: current).")] = None,
-    ) -> None:
-        """Create the spec's Workflow through the Kubernetes API (your kubeconfig) and say how to follow it."""
-        from kaliper.spec import load_spec
-        from kaliper.workflows.submit import submit_workflow
-
-        name, ns = submit_workflow(load_spec(spec), namespace=namespace, context=context)
-        print(f"workflow: {name}")
-        print(f"namespace: {ns}")
-        print(f"follow:   argo -n {ns} watch {name}")
-        print(f"logs:     argo -n {ns} logs {name} --follow")
-        print(f"status:   argo -n {ns} get {name}")

@@ -1,14 +1,14 @@
-"""The `kaliper` command. Errors print `error: ...` and exit with the code of their class (errors.py).
+"""`kaliper validate`, `kaliper run` and `kaliper report`: a spec checked, run on this machine, reported.
 
-Exit codes: 0 success; 1 a run or workload failed (the report is still written) or the cluster refused a
-request; 2 bad input (spec, parameters, storage URL, unknown schema version): nothing was run or written.
+`run_spec` is the local pipeline, in the order of the cluster's three steps: configure (experiment and
+trials into storage), execute every trial × repetition (kaliper.local.runner), report (kaliper.reporter).
+The executor only runs jobs; writing the report is this module's job, as the report step's on a cluster.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import traceback
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,38 +16,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kaliper import __version__, cli_cluster, cli_compare, cli_dashboards, cli_history
-from kaliper.errors import InputError, KaliperError, RunsFailedError
+from kaliper.errors import InputError, RunsFailedError
 
 HEADLINE_METRICS = ("images_per_s_total", "images_per_s", "gflops")
 
-app = typer.Typer(
-    name="kaliper",
-    help="Benchmark ML software stacks: locally (kaliper run) or on Kubernetes.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-_state = {"debug": False}
 
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"kaliper {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
-    ] = False,
-) -> None:
-    _state["debug"] = debug
-
-
-@app.command()
 def validate(specs: Annotated[list[Path], typer.Argument(help="Spec files to check.")]) -> None:
     """Check specs completely (schema, parameters, templates rendered for every trial); write nothing."""
     from kaliper.configurator import configure
@@ -68,7 +41,6 @@ def validate(specs: Annotated[list[Path], typer.Argument(help="Spec files to che
         raise typer.Exit(2)
 
 
-@app.command()
 def run(
     spec: Annotated[Path, typer.Argument(help="Benchmark spec (YAML).")],
     storage: Annotated[str | None, typer.Option(help="Storage URL; overrides the spec's `storage`.")] = None,
@@ -143,7 +115,6 @@ def _print_summary(document: dict[str, Any]) -> None:
     Console(stderr=False).print(table)
 
 
-@app.command()
 def report(
     experiment: Annotated[str, typer.Argument(help="Experiment id, e.g. quickstart-20261121T101500Z-1a2b.")],
     storage: Annotated[
@@ -160,77 +131,7 @@ def report(
     print(f"results: {paths.csv}")
 
 
-@app.command(
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-def workload(
-    name: Annotated[str, typer.Argument(help="Built-in workload, e.g. pi-matmul.")],
-    framework: Annotated[str, typer.Option(help="pytorch | tensorflow")] = "pytorch",
-    param: Annotated[list[str] | None, typer.Option("--param", help="NAME=VALUE, repeatable.")] = None,
-    warmup: Annotated[int, typer.Option(min=0)] = 5,
-    target_rel_ci: Annotated[float, typer.Option(min=0.0)] = 0.02,
-    min_samples: Annotated[int, typer.Option(min=1)] = 10,
-    max_samples: Annotated[int, typer.Option(min=1)] = 2000,
-    max_time: Annotated[float, typer.Option(min=0.0, help="Seconds for the timed samples.")] = 60.0,
-    confidence: Annotated[float, typer.Option(min=0.5, max=0.999)] = 0.95,
-) -> None:
-    """Run one built-in workload in this process and store its record (what job containers run)."""
-    from kaliper.errors import ParameterError
-    from kaliper.workloads import get_workload
-    from kaliper.workloads.runtime import run_workload
-    from kaliper.workloads.sampling import SamplingRule
-
-    get_workload(name)
-    raw: dict[str, str] = {}
-    for item in param or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ParameterError(f"--param {item!r}: expected NAME=VALUE")
-        raw[key] = value
-    rule = SamplingRule(warmup, target_rel_ci, min_samples, max_samples, max_time, confidence)
-    code = run_workload(name, framework, raw, rule)
-    if code:
-        raise typer.Exit(code)
-
-
-@app.command("workloads")
-def list_workloads() -> None:
-    """List the built-in workloads and their parameters."""
-    from kaliper.workloads import WORKLOADS
-
-    table = Table(title="Built-in workloads")
-    for column in ("workload", "frameworks", "parameter", "type", "default", "meaning"):
-        table.add_column(column)
-    for definition in WORKLOADS.values():
-        for i, p in enumerate(definition.params.params):
-            choices = f" ({'|'.join(map(str, p.choices))})" if p.choices else ""
-            table.add_row(
-                definition.name if i == 0 else "",
-                ", ".join(definition.implementations) if i == 0 else "",
-                p.name,
-                p.type.__name__,
-                str(p.default),
-                p.help + choices,
-            )
-    Console().print(table)
-
-
-cli_cluster.register(app)
-cli_compare.register(app)
-cli_dashboards.register(app)
-cli_history.register(app)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: runs the app and turns Kaliper errors into `error: ...` and an exit code.
-
-    Typer handles usage errors itself (exit 2); anything else that escapes a command is a KaliperError
-    (printed without a traceback unless --debug) or a bug (traceback, exit 1).
-    """
-    try:
-        app(args=argv, prog_name="kaliper")
-    except KaliperError as exc:
-        if _state["debug"]:
-            traceback.print_exc()
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+def register(app: typer.Typer) -> None:
+    app.command("validate")(validate)
+    app.command("run")(run)
+    app.command("report")(report)

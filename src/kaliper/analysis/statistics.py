@@ -8,7 +8,7 @@ independent unit is the run: a hierarchical bootstrap resamples runs, then sampl
 - `trial_stats`: a trial's runs (median of run medians + hierarchical bootstrap CI, within-run S1² and
   between-run S2² variance components, and Kalibera & Jones's advice on where more effort pays off).
 - Comparing two stacks (ratio of medians, Mann-Whitney U, verdicts, Benjamini-Hochberg) builds on the
-  bootstrap here and lives in `kaliper.verdicts`.
+  bootstrap here and lives in `kaliper.analysis.verdicts`.
 
 The bootstrap never materialises resampled data: the median of a resample of n values is a known
 distribution over the order statistics of the sample (see `_median_positions`), drawn directly, which is
@@ -27,13 +27,12 @@ from typing import Literal
 import numpy as np
 from scipy.special import bdtr, bdtrc  # binomial CDF; lighter to import than scipy.stats in every workload
 
-DEFAULT_CONFIDENCE = 0.95
+from kaliper.analysis.terms import DEFAULT_CONFIDENCE, DEFAULT_TARGET_REL_CI
+
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261121
 # 1 / Φ⁻¹(3/4): the MAD of normal data times this estimates σ (scipy's scale="normal").
 MAD_NORMAL_SCALE = 1.482602218505602
-DEFAULT_THRESHOLD = 0.03  # practical threshold δ of a comparison (methodology 3b)
-DEFAULT_TARGET_REL_CI = DEFAULT_THRESHOLD / 2  # a trial CI narrow enough to decide at δ (methodology 3b)
 
 Advice = Literal["enough", "more repetitions", "more samples per run"]
 RunSamples = Sequence[float] | np.ndarray  # one run's timed samples (the reporter holds numpy arrays)

@@ -9,9 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kaliper.analysis.terms import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 from kaliper.errors import RegressionFound
-from kaliper.statistics import DEFAULT_THRESHOLD
-from kaliper.verdicts import DEFAULT_ALPHA
 
 
 def compare_command(

@@ -1,7 +1,7 @@
 """The spec's sections about services outside the job (`monitoring:` for Prometheus and the Pushgateway,
 `s3:`) and about the report (`report:`: baseline and verdict threshold).
 
-Split from kaliper.spec (which re-exports everything here) to keep modules small. URLs are checked
+Re-exported by kaliper.spec. URLs are checked
 without ever being echoed: they may carry a password, which is refused, never shown.
 """
 
@@ -12,8 +12,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kaliper.statistics import DEFAULT_THRESHOLD
-from kaliper.verdicts import DEFAULT_ALPHA
+from kaliper.analysis.terms import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 

@@ -13,7 +13,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kaliper.errors import SchemaVersionError
-from kaliper.validation import describe_validation_error
+from kaliper.spec.validation import describe_validation_error
 
 EXPERIMENT_SCHEMA: Final = "kaliper.experiment/v1"
 TRIAL_SCHEMA: Final = "kaliper.trial/v1"

@@ -1,7 +1,7 @@
 """Comparing two stacks on one metric: ratio of medians, its CI, Mann-Whitney U, a verdict, and BH.
 
 Stack A (baseline) against stack B: the ratio of medians oriented so that > 1 means B is better, its
-hierarchical bootstrap CI (kaliper.statistics' exact order-statistic bootstrap, independently in A and
+hierarchical bootstrap CI (kaliper.analysis.statistics' exact order-statistic bootstrap, independently in A and
 B), Mann-Whitney U on run medians, and a verdict `faster | slower | equivalent | inconclusive` against a
 practical threshold; `adjust_family` applies Benjamini-Hochberg over many comparisons made at once.
 Seeded, so a comparison regenerated from the same records is identical.
@@ -12,27 +12,26 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 
 import numpy as np
 
-from kaliper.statistics import (
+from kaliper.analysis.statistics import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
-    DEFAULT_CONFIDENCE,
-    DEFAULT_THRESHOLD,
     RunSamples,
     SortedRuns,
     bootstrap_medians,
     nonempty_runs,
 )
+from kaliper.analysis.terms import (
+    DEFAULT_ALPHA,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_THRESHOLD,
+    Direction,
+    Verdict,
+)
 
-DEFAULT_ALPHA = 0.05  # significance level of the Mann-Whitney test, and the BH false discovery rate q
 MIN_RUNS = 2  # runs per side below which a comparison is always inconclusive
-
-Direction = Literal["more_is_better", "less_is_better"]
-Verdict = Literal["faster", "slower", "equivalent", "inconclusive"]
-VERDICTS: tuple[Verdict, ...] = ("faster", "slower", "equivalent", "inconclusive")
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """Names of the summary metrics the reporter pushes after each report (job `kaliper-report`).
 
 This module imports nothing but the standard library, so the pusher can import the names without the
-Grafana SDK. The "Kaliper / Results" dashboard (`kaliper.dashboards.build`) reads exactly these:
+Grafana SDK; the pushers (kaliper.monitoring, kaliper.reporter) and the dashboards share them.
+The "Kaliper / Results" dashboard (`kaliper.dashboards.build`) reads exactly these:
 
 - `kaliper_result_median`, `kaliper_result_ci_low`, `kaliper_result_ci_high`, `kaliper_result_runs`
   (gauges) with the labels `RESULT_LABELS`: one series per result (trial x metric) of a report.
-- `kaliper_result_verdict` (gauge, 1) with the labels `VERDICT_LABELS`: `verdict` (one of `VERDICTS`)
+- `kaliper_result_verdict` (gauge, 1) with the labels `VERDICT_LABELS`: `verdict` (one of `kaliper.analysis.terms.VERDICTS`)
   of the result against the paired trial of `baseline`, the experiment it was compared with (pushed
   only when the report had a baseline: spec `report.baseline`).
 - `kaliper_report_timestamp_seconds` (gauge, Unix time the reported experiment was created, so a rerun
@@ -34,4 +35,3 @@ SUMMARY_METRICS = (
 RESULT_LABELS = ("spec", "experiment", "trial", "fingerprint", "workload", "metric", "unit")
 VERDICT_LABELS = ("spec", "experiment", "fingerprint", "metric", "verdict", "baseline")
 REPORT_LABELS = ("spec", "experiment")
-VERDICTS = ("faster", "slower", "equivalent", "inconclusive")

@@ -26,8 +26,8 @@ import yaml
 
 from kaliper.analysis.statistics import relative_ci_width
 from kaliper.configurator import ExperimentPlan, TrialPlan, configure, write_plan
-from kaliper.configurator.jobs import for_repetition, primary_replica
-from kaliper.local.operator_env import pod_name
+from kaliper.jobs.kubeflow import pod_name, primary_replica
+from kaliper.jobs.manifest import for_repetition
 from kaliper.results.documents import LaunchDoc, ReplicaLaunch, to_document
 from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import Hardware, Stack

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from conftest import CliRunner
-from kaliper.configurator.jobs import replica_counts
 from kaliper.errors import WorkloadError
+from kaliper.jobs.manifest import replica_counts
 from kaliper.local.operator_env import tf_config
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import ResultRecord, load_record

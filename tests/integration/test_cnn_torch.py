@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
-from kaliper.configurator.jobs import replica_counts
 from kaliper.errors import WorkloadError
+from kaliper.jobs.manifest import replica_counts
 from kaliper.local.operator_env import pytorch_env
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import ResultRecord, load_record

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import CliRunner
-from kaliper.local.runner import run_spec
+from kaliper.cli.pipeline import run_spec
 from kaliper.reporter.history import detect, stack_diff
 from kaliper.results.record import load_record
 from kaliper.spec import load_spec

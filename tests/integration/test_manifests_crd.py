@@ -18,9 +18,10 @@ import pytest
 
 from k8s_schemas import assert_valid, crd_problems
 from kaliper.configurator import configure
-from kaliper.configurator.jobs import CONTAINER_NAME, LABEL_REPETITION, for_repetition, replica_specs
 from kaliper.configurator.render import BUILTIN_TEMPLATES
 from kaliper.errors import SpecError
+from kaliper.jobs.kubeflow import CONTAINER_NAME, LABEL_REPETITION
+from kaliper.jobs.manifest import for_repetition, replica_specs
 from kaliper.spec import LoadedSpec, load_spec, spec_from_text
 
 REPO = Path(__file__).resolve().parents[2]

@@ -159,7 +159,9 @@ def test_workload_pushes_live_and_prometheus_returns_the_window(
 
     key = layout.record_key("mon-e2e", "t-001", 2, "Master", 0)
     record = load_record((tmp_path / "results" / key).read_bytes(), key)
-    block = promq.resources_for_record(record, scope="local", url=prometheus.url)
+    window = {"experiment": "mon-e2e", "trial": "t-001", "repetition": 2}
+    started, finished = record.timestamps.started, record.timestamps.finished
+    block = promq.query_resources(started, finished, **window, scope="local", url=prometheus.url)
     assert block["available"] is True, block
     figures = block["figures"]
     assert figures["samples_total"]["max"] > 0
@@ -172,7 +174,9 @@ def test_workload_pushes_live_and_prometheus_returns_the_window(
     assert block["window"]["start"] == record.timestamps.started.isoformat()
 
     # The same window in cluster scope: no cAdvisor here, so every figure is missing, nothing raises.
-    cluster = promq.resources_for_record(record, scope="cluster", url=prometheus.url, rate="5s")
+    cluster = promq.query_resources(
+        started, finished, **window, scope="cluster", url=prometheus.url, rate="5s"
+    )
     assert cluster["available"] is False
     assert set(cluster["missing"]) == {q.name for q in promq.QUERIES if q.scope == "cluster"}
 

@@ -11,19 +11,19 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import skip_or_fail
-from kaliper.local.runner import run_spec
-from kaliper.reporter.aggregate import ExperimentResult, load_experiment
-from kaliper.reporter.baseline import Comparisons
+from kaliper.cli.pipeline import run_spec
+from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import Side, compare_results
+from kaliper.reporter.formatting import format_number as num
 from kaliper.reporter.html import page_shell, report_html
-from kaliper.reporter.plots import num
-from kaliper.reporter.resources import attach_resources
+from kaliper.reporter.report import Report, build_report
 from kaliper.spec import load_spec
 from kaliper.spec.services import ReportSpec
 from kaliper.storage import open_storage
@@ -101,7 +101,7 @@ job:
 EXTERNAL_REF = re.compile(r"""(?:src|href|xlink:href|action)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
 
 
-def _run(tmp: Path, spec_text: str, template: str | None = None) -> ExperimentResult:
+def _run(tmp: Path, spec_text: str, template: str | None = None) -> Report:
     tmp.mkdir(parents=True, exist_ok=True)
     if template is not None:
         (tmp / "job.jsonnet").write_text(template)
@@ -112,10 +112,7 @@ def _run(tmp: Path, spec_text: str, template: str | None = None) -> ExperimentRe
         mp.setenv("KALIPER_PUSHGATEWAY", "")
         url = f"file://{tmp / 'store'}"
         outcome = run_spec(load_spec(spec), url)
-        storage = open_storage(url)
-        result = load_experiment(storage, outcome.experiment_id)
-        attach_resources(storage, result)
-    return result
+        return build_report(open_storage(url), outcome.experiment_id)
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +142,7 @@ def plot_counts(page: str) -> dict[str, int]:
 
 
 def test_matmul_page_has_every_plot_and_section(matmul: dict[str, Any]) -> None:
-    page, result = matmul["html"], matmul["result"]
+    page, result = matmul["html"], matmul["result"].result
     metrics = {name for t in result.trials for name in t.metrics}
     assert metrics >= {"gflops", "time_per_call"}
     # One distribution plot per metric, one scaling plot (matrix_size), CPU and memory resource bars.
@@ -176,7 +173,7 @@ def test_page_is_self_contained_and_deterministic(matmul: dict[str, Any], failin
 
 
 def test_failing_page_shows_reasons_and_escapes_hostile_strings(failing: dict[str, Any]) -> None:
-    page, result = failing["html"], failing["result"]
+    page, result = failing["html"], failing["result"].result
     crashed = [t for t in result.trials if t.doc.matrix_point["mode"] == HOSTILE_PARAM]
     assert len(crashed) == 1 and crashed[0].status == "failed"
     assert '<h2 id="failures">' in page
@@ -277,20 +274,23 @@ def report_html_with_injection() -> str:
 
 def test_comparisons_show_ratios_cis_and_verdicts(matmul: dict[str, Any]) -> None:
     """The report's comparison tables (kaliper.reporter.baseline): here the experiment against itself."""
-    result = matmul["result"]
+    report = matmul["result"]
+    result = report.result
     exp = result.experiment.id
     same = compare_results(result, Side(exp, None), result, Side(exp, None))
-    shown = ExperimentResult(result.experiment, result.trials)
-    shown.cache["comparisons"] = Comparisons(ReportSpec(), baseline=exp, against_baseline=same)
-    page = report_html(shown)
+    compared = ReportComparisons(ReportSpec(), baseline=exp, against_baseline=same)
+    page = report_html(replace(report, comparisons=compared))
     section = page.split('<h2 id="comparison">', 1)[1].split("<h2 id=", 1)[0]
     for column in ("median A", "median B", "ratio B vs A [95% CI]", "p", "verdict", "why"):
         assert f"<th>{column}</th>" in section
-    assert section.count('<span class="v-') == len(same.comparisons) > 0  # one verdict per row
-    assert section.count(">1.0000 [") == len(same.comparisons)  # identical samples: a ratio of 1
+    assert section.count('<span class="v-') == len(same.metrics) > 0  # one verdict per row
+    assert section.count(">1.0000 [") == len(same.metrics)  # identical samples: a ratio of 1
     assert 'class="v-slower"' not in section and 'class="v-faster"' not in section
 
-    refused = ExperimentResult(result.experiment, result.trials)
-    refused.cache["comparisons"] = Comparisons(ReportSpec(), baseline_note="<script>alert(1)</script>")
-    section = report_html(refused).split('<h2 id="comparison">', 1)[1].split("<h2 id=", 1)[0]
+    refused = ReportComparisons(ReportSpec(), baseline_note="<script>alert(1)</script>")
+    section = (
+        report_html(replace(report, comparisons=refused))
+        .split('<h2 id="comparison">', 1)[1]
+        .split("<h2 id=", 1)[0]
+    )
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "<script>alert" not in section

@@ -13,8 +13,12 @@ import yaml
 from kaliper.errors import InputError
 from kaliper.reporter import write_report
 from kaliper.reporter.aggregate import ENV_WORKERS, load_experiment, report_workers
+from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.html import DETAIL_TRIALS, report_html
-from kaliper.reporter.outputs import results_csv, summary_document
+from kaliper.reporter.outputs import results_csv
+from kaliper.reporter.report import Report
+from kaliper.reporter.summary import summary_document
+from kaliper.spec.services import ReportSpec
 from kaliper.storage import Storage, layout, open_storage
 from synthetic import SPEC, build_records, plan_spec, write_experiment
 
@@ -33,9 +37,12 @@ def test_loading_with_workers_gives_the_same_report(tmp_path: Path) -> None:
     serial = load_experiment(storage, exp, workers=1)
     parallel = load_experiment(storage, exp, workers=2)  # 7 trials in chunks of 1 over 2 processes
     assert [t.doc.id for t in parallel.trials] == [t.doc.id for t in serial.trials]
-    assert summary_document(parallel) == summary_document(serial)
-    assert results_csv(parallel) == results_csv(serial)
-    assert report_html(parallel) == report_html(serial)
+    assert summary_document(parallel, None) == summary_document(serial, None)
+    comparisons = ReportComparisons(ReportSpec())
+    reports = [Report(r, comparisons, summary_document(r, comparisons)) for r in (parallel, serial)]
+    assert reports[0].summary == reports[1].summary
+    assert results_csv(reports[0]) == results_csv(reports[1])
+    assert report_html(reports[0]) == report_html(reports[1])
 
 
 def test_report_workers_setting(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from kaliper.cli.pipeline import run_spec
 from kaliper.errors import SchemaVersionError
-from kaliper.local.runner import run_spec
 from kaliper.monitoring.sampler import LocalSampler
-from kaliper.reporter import load_experiment, write_report
-from kaliper.reporter.resources import run_window
+from kaliper.reporter import write_report
+from kaliper.reporter.aggregate import load_experiment
+from kaliper.reporter.report import run_window
 from kaliper.spec import load_spec
 from kaliper.storage import layout, open_storage
 from prom_services import free_port

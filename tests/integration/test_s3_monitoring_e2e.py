@@ -24,9 +24,9 @@ import psutil
 import pytest
 
 from conftest import CliRunner
+from kaliper.results.protocol import RESULT_LINE_PREFIX
 from kaliper.results.record import load_record
 from kaliper.storage import layout
-from kaliper.workloads.runtime import RESULT_LINE_PREFIX
 from prom_services import (  # noqa: F401 - the fixtures register themselves
     Prometheus,
     Pushgateway,

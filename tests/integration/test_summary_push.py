@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from kaliper.local.runner import run_spec
+from kaliper.cli.pipeline import run_spec
 from kaliper.monitoring.metrics import SUMMARY_JOB
-from kaliper.reporter import load_experiment, write_report
+from kaliper.reporter import write_report
+from kaliper.reporter.aggregate import load_experiment
 from kaliper.reporter.fingerprint import fingerprint
 from kaliper.reporter.push_summary import push_summary
+from kaliper.reporter.report import build_report
 from kaliper.spec import load_spec
 from kaliper.storage import open_storage
 from prom_services import Pushgateway, free_port, pushgateway_fixture  # noqa: F401 - registers the fixture
@@ -70,4 +72,6 @@ def test_report_pushes_one_group_per_fingerprint_and_survives_a_dead_gateway(
     }  # 2 trials × 2 metrics
     stamp = gateway_lines(pushgateway, "kaliper_report_timestamp_seconds{")
     assert any(result.experiment_id in line for line in stamp)
-    assert push_summary(experiment, url=f"http://127.0.0.1:{free_port()}") == 0
+    assert (
+        push_summary(build_report(storage, result.experiment_id), url=f"http://127.0.0.1:{free_port()}") == 0
+    )

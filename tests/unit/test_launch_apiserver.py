@@ -25,6 +25,7 @@ from kubernetes.client import Configuration
 from kaliper.configurator import configure, write_plan
 from kaliper.errors import ExecutionError
 from kaliper.results.documents import LaunchDoc, to_document
+from kaliper.results.record import load_record
 from kaliper.spec import spec_from_text
 from kaliper.steps import launch as launch_module
 from kaliper.steps.jobobject import RESULTS_VOLUME, WORKFLOW_LABEL, job_name
@@ -380,6 +381,23 @@ def test_failed_job_names_the_failing_replica_with_its_log_tail(tmp_path: Path, 
         and doc.phases["finished"].isoformat() == "2025-03-04T10:00:31+00:00"
     )
     assert storage.exists(layout.launch_key(EXP, "t000", 0))
+    # Stand-in records, made as the local executor makes them (kaliper.results.protocol): one per replica
+    # that stored none, saying why; the failing replica's carries its log tail.
+    stand_ins = {
+        rtype: load_record(storage.get(key), key)
+        for rtype, key in (
+            ("Master", layout.record_key(EXP, "t000", 0, "Master", 0)),
+            ("Worker", layout.record_key(EXP, "t000", 0, "Worker", 1)),
+            ("Worker-0", layout.record_key(EXP, "t000", 0, "Worker", 0)),
+        )
+    }
+    for record in stand_ins.values():
+        assert (record.status, record.recorded_by) == ("failed", "launcher")
+        assert record.error is not None and record.error.startswith("PyTorchJobFailed: PyTorchJob bench/")
+        assert record.ids.experiment == EXP and record.samples is None and not record.metrics
+    assert "--- log tail ---" in (stand_ins["Worker"].error or "")
+    assert "--- log tail ---" not in (stand_ins["Master"].error or "")
+    assert (stand_ins["Worker"].ids.replica_type, stand_ins["Worker"].ids.replica_index) == ("Worker", 1)
 
 
 def test_unreadable_log_does_not_fail_the_step(tmp_path: Path, server: ApiServer) -> None:

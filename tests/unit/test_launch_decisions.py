@@ -18,8 +18,9 @@ import yaml
 from jsonschema import Draft7Validator
 
 from kaliper.configurator import configure
-from kaliper.configurator.jobs import LABEL_EXPERIMENT, LABEL_REPETITION, LABEL_TRIAL, replica_specs
 from kaliper.errors import InputError
+from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_REPETITION, LABEL_TRIAL
+from kaliper.jobs.manifest import replica_specs
 from kaliper.spec import spec_from_text
 from kaliper.steps.jobobject import (
     MAX_JOB_NAME,

@@ -15,9 +15,9 @@ import pytest
 from k8s_schemas import crd_problems
 from kaliper.configurator import configure
 from kaliper.configurator.experiment import dump_manifest
-from kaliper.configurator.jobs import replica_specs
 from kaliper.configurator.render import BUILTIN_TEMPLATES, render_template
 from kaliper.errors import SpecError
+from kaliper.jobs.manifest import replica_specs
 from kaliper.spec import spec_from_text
 from kaliper.spec.services import S3Spec
 from kaliper.steps.jobobject import prepare_job

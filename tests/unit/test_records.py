@@ -13,9 +13,10 @@ import pytest
 
 from kaliper.errors import InputError, SchemaVersionError
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
+from kaliper.results.protocol import RunIdentity, failure_record
 from kaliper.results.record import RESULT_SCHEMA, RecordLoader, ResultRecord, load_record
 from kaliper.workloads import get_workload
-from kaliper.workloads.runtime import RunIdentity, build_record, failure_record
+from kaliper.workloads.runtime import build_record
 from kaliper.workloads.sampling import SamplingRule, collect
 
 torch = pytest.importorskip("torch")

@@ -12,15 +12,10 @@ import pytest
 
 from kaliper.configurator import configure
 from kaliper.configurator.experiment import dump_manifest
-from kaliper.configurator.jobs import (
-    LABEL_EXPERIMENT,
-    LABEL_REPETITION,
-    LABEL_TRIAL,
-    for_repetition,
-    replica_specs,
-)
 from kaliper.configurator.render import BUILTIN_TEMPLATES, LIBRARY_DIR, render_template
 from kaliper.errors import SpecError, TemplateError
+from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_REPETITION, LABEL_TRIAL
+from kaliper.jobs.manifest import for_repetition, replica_specs
 from kaliper.spec import LoadedSpec, spec_from_text
 
 NOW = datetime(2026, 11, 21, 10, 15, 0, tzinfo=UTC)

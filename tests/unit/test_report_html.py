@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from kaliper.reporter.formatting import format_number as num
 from kaliper.reporter.html import SCRIPT, page_shell
 from kaliper.reporter.plots import (
     Box,
@@ -13,7 +14,6 @@ from kaliper.reporter.plots import (
     distribution_svg,
     esc,
     nice_ticks,
-    num,
     scaling_svg,
 )
 

@@ -35,7 +35,7 @@ MIN_RUNS = 2  # runs per side below which a comparison is always inconclusive
 
 
 @dataclass(frozen=True)
-class Comparison:
+class RatioComparison:
     """Stack B (candidate) against stack A (baseline) on one metric.
 
     `ratio` > 1 always means B is better: median_B/median_A for more_is_better metrics (rates),
@@ -110,7 +110,7 @@ def compare(
     alpha: float = DEFAULT_ALPHA,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
-) -> Comparison:
+) -> RatioComparison:
     """Compare B (candidate) to A (baseline): ratio of medians of run medians, CI, test, verdict.
 
     The CI is the percentile interval of the ratio over `resamples` hierarchical bootstrap replicates
@@ -149,7 +149,7 @@ def compare(
         note = f"fewer than {MIN_RUNS} runs on a side: run-to-run variation unknown"
     else:
         verdict, note = decide(low, high, threshold, p_value, alpha, tested)
-    return Comparison(
+    return RatioComparison(
         direction=direction,
         n_runs_a=len(arrays_a),
         n_runs_b=len(arrays_b),
@@ -186,12 +186,12 @@ def benjamini_hochberg(pvalues: Sequence[float], q: float = DEFAULT_ALPHA) -> BH
     return BHResult(tuple(float(p) for p in adjusted), tuple(bool(p <= q) for p in adjusted))
 
 
-def adjust_family(comparisons: Sequence[Comparison], q: float = DEFAULT_ALPHA) -> list[Comparison]:
+def adjust_family(comparisons: Sequence[RatioComparison], q: float = DEFAULT_ALPHA) -> list[RatioComparison]:
     """Benjamini-Hochberg over the comparisons made at once; verdicts re-decided on the adjusted p.
 
     The family is the comparisons whose test gates their verdict (`tested`, at least MIN_RUNS runs per
     side): a comparison whose adjusted p is not below q cannot be faster/slower (it becomes
-    inconclusive). Comparisons whose test cannot reach α anyway are decided by their CI alone and are
+    inconclusive). ReportComparisons whose test cannot reach α anyway are decided by their CI alone and are
     left out of the family (their p-values could never be discoveries; counting them would only make
     the others' correction harsher); they keep `p_adjusted` = None.
     """

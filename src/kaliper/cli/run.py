@@ -1,8 +1,7 @@
 """`kaliper validate`, `kaliper run` and `kaliper report`: a spec checked, run on this machine, reported.
 
-`run_spec` is the local pipeline, in the order of the cluster's three steps: configure (experiment and
-trials into storage), execute every trial × repetition (kaliper.local.runner), report (kaliper.reporter).
-The executor only runs jobs; writing the report is this module's job, as the report step's on a cluster.
+`kaliper run` is kaliper.cli.pipeline.run_spec (configure → execute → report), imported when the
+command runs so that `--help` stays light.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ def run(
     if storage is not None:
         check_storage_url(storage)
     loaded = load_spec(spec)
-    from kaliper.local.runner import run_spec  # after validation: a bad spec is refused fast
+    from kaliper.cli.pipeline import run_spec  # after validation: a bad spec is refused fast
 
     result = run_spec(loaded, storage)
     document = result.report.summary_document

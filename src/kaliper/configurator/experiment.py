@@ -18,10 +18,11 @@ from typing import Any
 import yaml
 
 from kaliper import __version__
-from kaliper.configurator.jobs import LABEL_EXPERIMENT, LABEL_TRIAL, check_manifest, replica_counts
 from kaliper.configurator.podenv import job_env
 from kaliper.configurator.render import BUILTIN_TEMPLATES, render_template
 from kaliper.errors import TemplateError
+from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_TRIAL
+from kaliper.jobs.manifest import check_manifest, replica_counts
 from kaliper.results.documents import ExperimentDoc, JobRef, StackRef, TrialDoc, to_document
 from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
 from kaliper.storage import Storage, layout

@@ -17,17 +17,17 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from kaliper.jobs import env
 from kaliper.spec import BenchmarkSpec
 from kaliper.spec.services import S3Spec
 
-# The names kaliper.storage.s3 and kaliper.monitoring read (spelled out here so that rendering a job does
-# not import minio or the monitoring client; a unit test checks they agree).
-S3_ENDPOINT_ENV: Final = "KALIPER_S3_ENDPOINT"
-REGION_ENV: Final = "AWS_REGION"
-CREDENTIAL_ENVS: Final = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-OPTIONAL_CREDENTIAL_ENVS: Final = ("AWS_SESSION_TOKEN",)
-PUSHGATEWAY_ENV: Final = "KALIPER_PUSHGATEWAY"
-PROMETHEUS_ENV: Final = "KALIPER_PROMETHEUS"
+# The names kaliper.storage.s3 and kaliper.monitoring read (kaliper.jobs.env).
+S3_ENDPOINT_ENV: Final = env.S3_ENDPOINT
+REGION_ENV: Final = env.REGION
+CREDENTIAL_ENVS: Final = env.CREDENTIALS
+OPTIONAL_CREDENTIAL_ENVS: Final = env.OPTIONAL_CREDENTIALS
+PUSHGATEWAY_ENV: Final = env.PUSHGATEWAY
+PROMETHEUS_ENV: Final = env.PROMETHEUS
 
 EnvVar = dict[str, Any]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from kaliper.local.operator_env import Replica
+from kaliper.jobs.kubeflow import Replica, replica_id, replica_name, success_deciders
 
 
 @dataclass(frozen=True)
@@ -35,19 +35,10 @@ def job_condition(
             return Condition(
                 "Failed",
                 f"{kind}Failed",
-                f"{kind} {name} is failed because 1 {rtype} replica(s) failed ({rtype.lower()}-{index} {how}).",
-                f"{rtype}-{index}",
+                f"{kind} {name} is failed because 1 {rtype} replica(s) failed ({replica_name(rtype, index)} {how}).",
+                replica_id(rtype, index),
             )
-    deciders: list[Replica]
-    leader = next(
-        (t for t in (("Chief", "Master") if kind == "TFJob" else ("Master",)) if counts.get(t)), None
-    )
-    if leader is not None:
-        deciders = [(leader, 0)]
-    elif kind == "TFJob" and success_policy != "AllWorkers":
-        deciders = [("Worker", 0)]
-    else:
-        deciders = [("Worker", i) for i in range(counts.get("Worker", 0))]
+    deciders = success_deciders(kind, counts, success_policy)
     if deciders and all(exits.get(r) == 0 for r in deciders):
         return Condition("Succeeded", f"{kind}Succeeded", f"{kind} {name} is successfully completed.")
     return None

@@ -23,18 +23,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kaliper.configurator.jobs import CONTAINER_NAME, replica_counts, replica_specs
 from kaliper.errors import ExecutionError
+from kaliper.jobs import env as env_names
+from kaliper.jobs.kubeflow import CONTAINER_NAME, DEADLINE_EXCEEDED, Replica, pod_name, replicas_of
+from kaliper.jobs.manifest import replica_counts, replica_specs
 from kaliper.local.completion import Condition, job_condition
 from kaliper.local.netns import PrivateNetwork, network_mode
 from kaliper.local.operator_env import (
     LOCAL_HOST,
-    Replica,
     free_ports,
     injected_env,
     operator_labels,
-    pod_name,
-    replicas_of,
 )
 
 _LABEL_PATH = re.compile(r"^metadata\.labels\['([^']+)'\]$")
@@ -44,7 +43,7 @@ _LABEL_PATH = re.compile(r"^metadata\.labels\['([^']+)'\]$")
 # (the spec's s3.endpoint or monitoring.pushgateway name what a cluster reaches, this machine may reach
 # them elsewhere). The run's own KALIPER_* come from the manifest only, so a stale KALIPER_EXPERIMENT
 # in the shell never leaks into a record.
-HOST_SETTINGS = ("KALIPER_S3_ENDPOINT", "KALIPER_STORAGE_RETR", "KALIPER_PUSHGATEWAY")
+HOST_SETTINGS = (env_names.S3_ENDPOINT, env_names.STORAGE_RETRY_PREFIX, env_names.PUSHGATEWAY)
 
 
 @dataclass
@@ -259,7 +258,7 @@ class LocalExecutor:
                 if condition is None and overdue:
                     condition = Condition(
                         "Failed",
-                        "DeadlineExceeded",
+                        DEADLINE_EXCEEDED,
                         f"{kind} {name} has failed because it was active longer than specified deadline "
                         f"({job.deadline_s}s).",
                     )
@@ -281,7 +280,7 @@ class LocalExecutor:
                     _poll_exits(procs)
         finally:
             stop_reason = (
-                "DeadlineExceeded" if condition and condition.reason == "DeadlineExceeded" else "Stopped"
+                DEADLINE_EXCEEDED if condition and condition.reason == DEADLINE_EXCEEDED else "Stopped"
             )
             self._stop_all(procs, stop_reason)
         return JobResult(name, kind, condition, created, running, datetime.now(UTC), procs, job.network)

@@ -8,36 +8,33 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
+from kaliper.jobs.kubeflow import (
+    JOB_NAME_LABEL,
+    JOB_ROLE_LABEL,
+    OPERATOR_NAME,
+    OPERATOR_NAME_LABEL,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+    Replica,
+)
+
 LOCAL_HOST = "127.0.0.1"
-OPERATOR_NAME = {"PyTorchJob": "pytorchjob-controller", "TFJob": "tfjob-controller"}
 # TF_CONFIG cluster order and membership: the Evaluator is not part of the training cluster.
 TF_CLUSTER_TYPES = ("Chief", "Master", "PS", "Worker")
-Replica = tuple[str, int]
-
-
-def pod_name(job: str, replica_type: str, index: int) -> str:
-    return f"{job}-{replica_type.lower()}-{index}"
-
-
-def replicas_of(counts: dict[str, int]) -> Iterator[Replica]:
-    for rtype, count in counts.items():
-        for index in range(count):
-            yield rtype, index
 
 
 def operator_labels(kind: str, job: str, replica_type: str, index: int) -> dict[str, str]:
     labels = {
-        "training.kubeflow.org/job-name": job,
-        "training.kubeflow.org/operator-name": OPERATOR_NAME[kind],
-        "training.kubeflow.org/replica-type": replica_type.lower(),
-        "training.kubeflow.org/replica-index": str(index),
+        JOB_NAME_LABEL: job,
+        OPERATOR_NAME_LABEL: OPERATOR_NAME[kind],
+        REPLICA_TYPE_LABEL: replica_type.lower(),
+        REPLICA_INDEX_LABEL: str(index),
     }
     if replica_type in ("Master", "Chief"):
-        labels["training.kubeflow.org/job-role"] = "master"
+        labels[JOB_ROLE_LABEL] = "master"
     return labels
 
 

@@ -1,7 +1,10 @@
-"""`kaliper run`: configure, execute every trial × repetition locally, then report.
+"""Every trial × repetition of a configured experiment, run as local jobs; what each run leaves in storage.
 
-Repetitions are interleaved (rep 0 of every trial, then rep 1, ...) so slow drift of a shared machine
-spreads over all trials instead of biasing the last one.
+Per run: the replicas' logs, launch.json (phases, replicas, failure), stand-in records for replicas of a
+failed run that stored none (kaliper.results.protocol, as the cluster's launch step does), and, without
+Prometheus, the resources block from this executor's own sampling. Repetitions are interleaved (rep 0 of
+every trial, then rep 1, ...) so slow drift of a shared machine spreads over all trials instead of
+biasing the last one. Configuring before and reporting after is the `run` command's (kaliper.cli.run).
 """
 
 from __future__ import annotations
@@ -14,19 +17,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kaliper.configurator import ExperimentPlan, TrialPlan, configure, write_plan
-from kaliper.configurator.jobs import for_repetition, primary_replica
-from kaliper.configurator.podenv import REGION_ENV, S3_ENDPOINT_ENV
+from kaliper.configurator import ExperimentPlan, TrialPlan
 from kaliper.errors import InputError
+from kaliper.jobs.kubeflow import primary_replica, replica_id, replica_name
+from kaliper.jobs.manifest import for_repetition
 from kaliper.local.executor import JobResult, LocalExecutor, ReplicaProcess
 from kaliper.monitoring.sampler import LocalSampler
-from kaliper.reporter import ReportPaths, write_report
-from kaliper.reporter.resources import prometheus_url, pushgateway_url, store_resources
+from kaliper.monitoring.settings import prometheus_url, pushgateway_url
 from kaliper.results.documents import FailureInfo, LaunchDoc, ReplicaLaunch, to_document
+from kaliper.results.protocol import record_key, stand_in_records
 from kaliper.results.record import load_record
-from kaliper.spec import BenchmarkSpec, LoadedSpec
-from kaliper.storage import Storage, layout, open_storage
-from kaliper.workloads.runtime import RunIdentity, failure_record
+from kaliper.results.resources import store_resources
+from kaliper.storage import Storage, layout
 
 LOG_TAIL_LINES = 30
 
@@ -40,50 +42,8 @@ class RunOutcome:
     message: str
 
 
-@dataclass(frozen=True)
-class LocalRunResult:
-    experiment_id: str
-    storage: Storage
-    outcomes: list[RunOutcome]
-    report: ReportPaths
-
-    @property
-    def failed(self) -> list[RunOutcome]:
-        return [o for o in self.outcomes if not o.succeeded]
-
-
-def absolute_storage_url(url: str) -> str:
-    """Replicas may run in another working directory: give them an absolute file:// path."""
-    if url.startswith("file://"):
-        return "file://" + str(Path(url[len("file://") :]).expanduser().absolute())
-    return url
-
-
-def s3_defaults(spec: BenchmarkSpec) -> dict[str, str]:
-    """The spec's s3 endpoint and region as the variables S3 storage reads (the environment wins)."""
-    names = {S3_ENDPOINT_ENV: spec.s3.endpoint, REGION_ENV: spec.s3.region}
-    return {name: value for name, value in names.items() if value}
-
-
-def _check_local(loaded: LoadedSpec) -> None:
-    stacks = loaded.spec.stacks
-    distinct = len({(s.image, tuple(s.requirements)) for s in stacks}) > 1
-    if distinct:
-        raise InputError(
-            f"{loaded.source}: stacks: {len(loaded.spec.stacks)} stacks with different images or requirements "
-            "cannot be compared by a local run, which measures the current Python environment only; "
-            "submit the spec to a cluster, or keep one stack"
-        )
-
-
-def run_spec(
-    loaded: LoadedSpec, storage_url: str | None = None, console: Console | None = None
-) -> LocalRunResult:
-    _check_local(loaded)
-    url = absolute_storage_url(storage_url or loaded.spec.storage)
-    storage = open_storage(url, s3_defaults(loaded.spec))
-    plan = configure(loaded, storage_url=url)
-    write_plan(plan, storage)
+def run_all(storage: Storage, plan: ExperimentPlan, console: Console | None = None) -> list[RunOutcome]:
+    """Run every repetition of every trial, interleaved, with a progress bar; the outcomes in run order."""
     console = console or Console(stderr=True)
     outcomes: list[RunOutcome] = []
     runs = [(rep, trial) for rep in range(plan.experiment.repetitions) for trial in plan.trials]
@@ -99,8 +59,7 @@ def run_spec(
                 progress.console.print(f"[red]failed[/red] {trial.doc.id} rep {rep}: {outcome.message}")
             progress.advance(task)
         progress.update(task, description=f"{plan.experiment.id}: {len(runs)} runs done")
-    report = write_report(storage, plan.experiment.id)
-    return LocalRunResult(plan.experiment.id, storage, outcomes, report)
+    return outcomes
 
 
 def run_one(storage: Storage, plan: ExperimentPlan, trial: TrialPlan, repetition: int) -> RunOutcome:
@@ -126,8 +85,7 @@ def run_one(storage: Storage, plan: ExperimentPlan, trial: TrialPlan, repetition
                 storage.put(layout.log_key(experiment, trial.doc.id, repetition, replica, stream), data)
             tails[proc.key] = _tail(proc.stderr)
     launch = _launch_doc(plan, trial, repetition, result, tails)
-    if not result.succeeded:
-        _record_failures(storage, plan, trial, repetition, result, launch)
+    _store_stand_ins(storage, plan, trial, launch)
     if prometheus_url(plan.experiment) is None:
         # With Prometheus, the reporter asks it for the run's window; without, this sampling is all there
         # is: over the measurement's window when the primary replica stored its record, else the job's.
@@ -158,7 +116,7 @@ def _measurement_window(
 
 
 def _replica(proc: ReplicaProcess) -> str:
-    return f"{proc.replica_type.lower()}-{proc.index}"
+    return replica_name(proc.replica_type, proc.index)
 
 
 def _sampler(plan: ExperimentPlan, trial: TrialPlan, repetition: int) -> LocalSampler:
@@ -186,7 +144,7 @@ def _launch_doc(
     failure = None
     if not result.succeeded:
         culprit = next(
-            (p for p in result.replicas if f"{p.replica_type}-{p.index}" == condition.replica), None
+            (p for p in result.replicas if replica_id(p.replica_type, p.index) == condition.replica), None
         )
         failure = FailureInfo(
             replica=condition.replica,
@@ -227,48 +185,14 @@ def _launch_doc(
     )
 
 
-def _record_failures(
-    storage: Storage,
-    plan: ExperimentPlan,
-    trial: TrialPlan,
-    repetition: int,
-    result: JobResult,
-    launch: LaunchDoc,
-) -> None:
+def _store_stand_ins(storage: Storage, plan: ExperimentPlan, trial: TrialPlan, launch: LaunchDoc) -> None:
     """Every replica of a failed run that wrote no record gets one saying why, so no run goes missing."""
-    experiment = plan.experiment.id
-    status = "timeout" if result.condition.reason == "DeadlineExceeded" else "failed"
-    for proc in result.replicas:
-        key = layout.record_key(experiment, trial.doc.id, repetition, proc.replica_type, proc.index)
-        if storage.exists(key):
-            continue
-        identity = RunIdentity(
-            experiment,
-            trial.doc.id,
-            repetition,
-            proc.replica_type,
-            proc.index,
-            plan.experiment.storage,
-            trial.doc.stack.image,
-        )
-        tail = (
-            launch.failure.log_tail
-            if launch.failure and launch.failure.replica == f"{proc.replica_type}-{proc.index}"
-            else ""
-        )
-        error = f"{result.condition.reason}: {result.condition.message}"
-        if proc.reason not in ("Error", "StartError"):
-            error += f" (this replica: {proc.reason}, exit code {proc.exit_code})"
-        if tail:
-            error += "\n--- log tail ---\n" + tail
-        record = failure_record(
-            identity,
-            plan.experiment.workload.get("name") or "custom",
-            plan.experiment.workload.get("framework"),
-            trial.doc.params,
-            status,
-            error,
-            proc.started or result.created,
-            recorded_by="executor",
-        )
-        storage.put(key, record.to_json_bytes())
+    experiment, rep = plan.experiment.id, launch.repetition
+
+    def has_record(rtype: str, index: int) -> bool:
+        return storage.exists(layout.record_key(experiment, trial.doc.id, rep, rtype, index))
+
+    for record in stand_in_records(
+        launch, trial.doc, plan.experiment.workload, plan.experiment.storage, has_record, "executor"
+    ):
+        storage.put(record_key(record), record.to_json_bytes())

@@ -26,17 +26,20 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from kaliper.jobs import env
 from kaliper.monitoring.sampler import LOCAL_NOT_MEASURED
-from kaliper.results.record import ResultRecord
 
-ENV_URL = "KALIPER_PROMETHEUS"
+ENV_URL = env.PROMETHEUS
 ENV_RATE = "KALIPER_PROMETHEUS_RATE"
 DEFAULT_RATE = "1m"
 NO_DATA = "no query returned data for the run's window"
+SETTLE_ENV = "KALIPER_PROMETHEUS_SETTLE_S"
+DEFAULT_SETTLE_S = 30.0
 Scope = Literal["cluster", "local"]
 
 # The run's pods (value 1, one series per pod); $POD_SEL selects on kube_pod_labels' label_* names.
@@ -267,24 +270,43 @@ def query_resources(
     return block
 
 
-def resources_for_record(
-    record: ResultRecord,
+def settle_seconds() -> float:
+    """How long after a run's end Prometheus may still be scraping its last samples."""
+    try:
+        return max(0.0, float(os.environ.get(SETTLE_ENV) or DEFAULT_SETTLE_S))
+    except ValueError:
+        return DEFAULT_SETTLE_S
+
+
+def query_run(
+    url: str,
+    window: tuple[datetime, datetime],
     *,
-    scope: Scope = "cluster",
-    url: str | None = None,
-    namespace: str | None = None,
-    rate: str | None = None,
+    experiment: str,
+    trial: str,
+    repetition: int,
+    executor: str | None,
 ) -> dict[str, Any]:
-    """`query_resources` over the record's own window (timestamps.started to timestamps.finished)."""
-    ids = record.ids
-    return query_resources(
-        record.timestamps.started,
-        record.timestamps.finished,
-        experiment=ids.experiment,
-        trial=ids.trial,
-        repetition=ids.repetition,
-        scope=scope,
-        url=url,
-        namespace=namespace,
-        rate=rate,
-    )
+    """Prometheus' answer for one run: cAdvisor/DCGM by pod labels on a cluster, pushed series locally.
+
+    A run that ended moments ago may not be scraped yet (the reporter runs right after the last run, and
+    scrape intervals are often 30 s): while no figure at all is found and the run ended less than
+    `KALIPER_PROMETHEUS_SETTLE_S` (default 30) seconds ago, ask again every second. The answer is stored
+    for good, so an early "no data" must not be taken for the truth.
+    """
+    scope: Scope = "cluster" if executor == "kubernetes" else "local"
+    settle_until = window[1].timestamp() + settle_seconds()
+    while True:
+        block = query_resources(
+            window[0],
+            window[1],
+            experiment=experiment,
+            trial=trial,
+            repetition=repetition,
+            scope=scope,
+            url=url,
+        )
+        no_data = not block.get("available") and block.get("reason") == NO_DATA
+        if not no_data or time.time() >= settle_until:
+            return block
+        time.sleep(1.0)

@@ -37,10 +37,12 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, delete_from_gateway, push_to_gateway
 
+from kaliper.jobs import env
+
 log = logging.getLogger(__name__)
 
 JOB = "kaliper"
-ENV_URL = "KALIPER_PUSHGATEWAY"
+ENV_URL = env.PUSHGATEWAY
 ENV_INTERVAL = "KALIPER_PUSHGATEWAY_INTERVAL_S"
 ENV_GRACE = "KALIPER_PUSHGATEWAY_GRACE_S"
 ENV_KEEP = "KALIPER_PUSHGATEWAY_KEEP"

@@ -19,15 +19,15 @@ from typing import Any
 
 from kaliper.analysis.statistics import RunStats, TrialStats, run_stats_many, trial_stats
 from kaliper.configurator import read_experiment, read_trial
-from kaliper.configurator.jobs import primary_replica
 from kaliper.errors import InputError
-from kaliper.reporter.resources import load_resources
+from kaliper.jobs.kubeflow import primary_replica, replica_name, run_status
 from kaliper.reporter.views import Interner, LaunchView, RecordView
 from kaliper.results.documents import LAUNCH_SCHEMA, ExperimentDoc, LaunchDoc, TrialDoc, load_versioned
+from kaliper.results.protocol import RESULT_LINE_PREFIX, result_payloads
 from kaliper.results.record import RecordLoader, ResultRecord, load_record
+from kaliper.results.resources import load_resources
 from kaliper.storage import Storage, layout
 from kaliper.storage.readahead import ReadAhead
-from kaliper.workloads.runtime import RESULT_LINE_PREFIX
 
 MEASURED = ("ok", "not_converged")
 ENV_WORKERS = "KALIPER_REPORT_WORKERS"
@@ -46,7 +46,7 @@ class RunResult:
     # Replica ("master-0") → where its record was recovered from, for records that could not be stored
     # and were taken from the `KALIPER_RESULT` line of the replica's captured stdout instead.
     recovered: dict[str, str] = field(default_factory=dict)
-    # The run's resources block (kaliper.reporter.resources): stored, queried, or why there is none.
+    # The run's resources block (kaliper.results.resources): stored, queried, or why there is none.
     resources: dict[str, Any] | None = None
     # The primary record's spread per metric (median CI, IQR, MAD jitter, CV), when it measured.
     stats: dict[str, RunStats] = field(default_factory=dict)
@@ -100,18 +100,12 @@ class TrialResult:
 class ExperimentResult:
     experiment: ExperimentDoc
     trials: list[TrialResult]
-    # Derived documents computed once per report (summary.json feeds report.md and report.html too).
-    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def all_runs(self) -> list[tuple[TrialResult, RunResult]]:
         return [(t, r) for t in self.trials for r in t.runs]
 
     def all_records(self) -> list[RecordView]:
         return [rec for _t, r in self.all_runs() for rec in r.records]
-
-
-def _replica_name(record: ResultRecord) -> str:
-    return f"{record.ids.replica_type.lower()}-{record.ids.replica_index}"
 
 
 def _recover_from_logs(
@@ -133,8 +127,7 @@ def _recover_from_logs(
         replica = key[len(prefix + "logs/") : -len(suffix)]
         if "/" in replica or replica in measured:
             continue
-        lines = storage.get(key).decode(errors="replace").splitlines()
-        payloads = [line[len(RESULT_LINE_PREFIX) :] for line in lines if line.startswith(RESULT_LINE_PREFIX)]
+        payloads = result_payloads(storage.get(key).decode(errors="replace"))
         if not payloads:
             continue
         where = storage.location(key)
@@ -144,7 +137,7 @@ def _recover_from_logs(
             continue
         ids = record.ids
         if (ids.experiment, ids.trial, ids.repetition) != (exp, trial.id, repetition) or (
-            _replica_name(record) != replica
+            replica_name(record.ids.replica_type, record.ids.replica_index) != replica
         ):
             continue
         found[replica] = (record, where)
@@ -184,13 +177,10 @@ def _load_run(
     records = [r for r in records if r.replica not in recovered]
     records += [interner.record(record) for record, _where in recovered.values()]
     rtype, index = primary_replica(trial.job.kind, trial.job.replicas)
-    primary = next(
-        (r for r in records if r.replica_type.lower() == rtype.lower() and r.replica_index == index),
-        None,
-    )
+    primary_name = replica_name(rtype, index)
+    primary = next((r for r in records if r.replica == primary_name), None)
     status: str
     error: str | None
-    primary_name = f"{rtype.lower()}-{index}"
     if primary is not None and primary_name in recovered and primary.status in MEASURED:
         # It measured, then could not store its record (which is why the job failed, if it did).
         status = primary.status
@@ -201,14 +191,14 @@ def _load_run(
         if launch is not None and launch.status == "failed":
             error += f" ({launch.reason}: {launch.message})"
     elif launch is not None and launch.status == "failed":
-        status = "timeout" if launch.reason == "DeadlineExceeded" else "failed"
+        status = run_status(launch.reason)
         error = f"{launch.reason}: {launch.message}"
         if primary is not None and primary.error and primary.recorded_by == "workload":
             error = f"{error}\n{primary.error}"
     elif primary is not None:
         status, error = primary.status, primary.error
     elif launch is not None:
-        status, error = "failed", f"the job succeeded but {rtype.lower()}-{index} wrote no result record"
+        status, error = "failed", f"the job succeeded but {primary_name} wrote no result record"
     else:
         status, error = (
             "missing",

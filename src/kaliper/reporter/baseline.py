@@ -18,20 +18,26 @@ from dataclasses import dataclass, field
 
 from kaliper.errors import InputError
 from kaliper.reporter.aggregate import ExperimentResult, load_experiment
-from kaliper.reporter.compare import CompareResult, Side, compare_results
+from kaliper.reporter.compare import ExperimentComparison, PairedMetric, Side, compare_results
 from kaliper.results.documents import ExperimentDoc
 from kaliper.spec.services import EXPERIMENT_ID, ReportSpec
 from kaliper.storage import Storage, layout
 
 
 @dataclass(frozen=True)
-class Comparisons:
+class ReportComparisons:
     settings: ReportSpec
     baseline: str | None = None  # the experiment compared against
-    against_baseline: CompareResult | None = None
+    against_baseline: ExperimentComparison | None = None
     baseline_note: str | None = None  # why there is no comparison with a baseline
-    stacks: list[CompareResult] = field(default_factory=list)  # each later stack against the first
+    stacks: list[ExperimentComparison] = field(default_factory=list)  # each later stack against the first
     stacks_note: str | None = None
+
+    def baseline_verdicts(self) -> dict[tuple[str, str], PairedMetric]:
+        """(trial, metric) of this experiment → its comparison with the baseline's paired trial."""
+        if self.against_baseline is None:
+            return {}
+        return {(m.trial_b, m.metric): m for m in self.against_baseline.metrics}
 
 
 def report_settings(experiment: ExperimentDoc) -> ReportSpec:
@@ -63,14 +69,14 @@ def previous_experiment(storage: Storage, experiment: ExperimentDoc) -> str | No
     return None
 
 
-def _baseline(storage: Storage, result: ExperimentResult, settings: ReportSpec) -> Comparisons:
+def _baseline(storage: Storage, result: ExperimentResult, settings: ReportSpec) -> ReportComparisons:
     exp = result.experiment
     if settings.baseline == "none":
-        return Comparisons(settings, baseline_note="no baseline (the spec's report.baseline is none)")
+        return ReportComparisons(settings, baseline_note="no baseline (the spec's report.baseline is none)")
     if settings.baseline == "previous":
         base = previous_experiment(storage, exp)
         if base is None:
-            return Comparisons(
+            return ReportComparisons(
                 settings,
                 baseline_note=(
                     f"no earlier reported experiment of spec {exp.spec_name!r} in this storage: "
@@ -80,9 +86,9 @@ def _baseline(storage: Storage, result: ExperimentResult, settings: ReportSpec) 
     else:
         base = settings.baseline
         if base == exp.id:
-            return Comparisons(settings, baseline_note="report.baseline names this very experiment")
+            return ReportComparisons(settings, baseline_note="report.baseline names this very experiment")
         if not storage.exists(layout.experiment_key(base)):
-            return Comparisons(
+            return ReportComparisons(
                 settings, baseline=base, baseline_note=f"baseline {base} not found in {storage.url}"
             )
     try:
@@ -91,11 +97,11 @@ def _baseline(storage: Storage, result: ExperimentResult, settings: ReportSpec) 
             base_result, Side(base, None), result, Side(exp.id, None), settings.threshold, settings.alpha
         )
     except InputError as exc:  # not comparable, or the baseline's documents cannot be read
-        return Comparisons(settings, baseline=base, baseline_note=f"not compared with {base}: {exc}")
-    return Comparisons(settings, baseline=base, against_baseline=compared)
+        return ReportComparisons(settings, baseline=base, baseline_note=f"not compared with {base}: {exc}")
+    return ReportComparisons(settings, baseline=base, against_baseline=compared)
 
 
-def _stacks(result: ExperimentResult, settings: ReportSpec) -> tuple[list[CompareResult], str | None]:
+def _stacks(result: ExperimentResult, settings: ReportSpec) -> tuple[list[ExperimentComparison], str | None]:
     names = list(dict.fromkeys(t.doc.stack.name for t in result.trials))
     if len(names) < 2:
         return [], None
@@ -118,13 +124,11 @@ def _stacks(result: ExperimentResult, settings: ReportSpec) -> tuple[list[Compar
     return out, "; ".join(notes) or None
 
 
-def compare_for_report(storage: Storage, result: ExperimentResult) -> Comparisons:
-    """The report's comparisons (kept on the result: summary.json, report.md and report.html show them)."""
+def compare_for_report(storage: Storage, result: ExperimentResult) -> ReportComparisons:
+    """The report's comparisons (summary.json, report.md, report.html and the push show them)."""
     settings = report_settings(result.experiment)
     found = _baseline(storage, result, settings)
     stacks, note = _stacks(result, settings)
-    comparisons = Comparisons(
+    return ReportComparisons(
         settings, found.baseline, found.against_baseline, found.baseline_note, stacks, note
     )
-    result.cache["comparisons"] = comparisons
-    return comparisons

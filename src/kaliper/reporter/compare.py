@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 
 from kaliper.analysis.terms import DEFAULT_ALPHA, DEFAULT_THRESHOLD
-from kaliper.analysis.verdicts import Comparison, adjust_family, compare
+from kaliper.analysis.verdicts import RatioComparison, adjust_family, compare
 from kaliper.errors import InputError, NotFoundError
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult, load_experiment
 from kaliper.reporter.fingerprint import hardware_label
+from kaliper.reporter.formatting import format_number
 from kaliper.storage import Storage
 
 COMPARE_SCHEMA = "kaliper.compare/v1"
@@ -50,27 +51,35 @@ class Side:
 
 
 @dataclass
-class MetricComparison:
+class PairedMetric:
+    """One metric of a pair of trials (A's and B's), and how B compares with A on it."""
+
     trial_a: str
     trial_b: str
     params: dict[str, Any]  # the parameters of the pair (A's), or only the differing ones for trials
     metric: str
     unit: str
-    comparison: Comparison
+    stats: RatioComparison
+
+    @property
+    def verdict(self) -> str:
+        return self.stats.verdict
 
 
 @dataclass
-class CompareResult:
+class ExperimentComparison:
+    """Side B against side A: every paired trial's metrics, and the trials without a partner."""
+
     a: str
     b: str
     threshold: float
     differing_params: dict[str, list[Any]]  # trial comparisons: name -> [A value, B value]
-    comparisons: list[MetricComparison]
+    metrics: list[PairedMetric]
     unpaired: list[str] = field(default_factory=list)
 
     @property
-    def slower(self) -> list[MetricComparison]:
-        return [c for c in self.comparisons if c.comparison.verdict == "slower"]
+    def slower(self) -> list[PairedMetric]:
+        return [m for m in self.metrics if m.verdict == "slower"]
 
 
 def parse_side(text: str) -> Side:
@@ -129,7 +138,7 @@ def compare_experiments(
     b: str,
     threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
-) -> CompareResult:
+) -> ExperimentComparison:
     side_a, side_b = parse_side(a), parse_side(b)
     if (side_a.trial is None) != (side_b.trial is None):
         raise InputError("give both sides as EXPERIMENT (or EXPERIMENT@STACK) or both as EXPERIMENT:TRIAL")
@@ -145,7 +154,7 @@ def compare_results(
     side_b: Side,
     threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
-) -> CompareResult:
+) -> ExperimentComparison:
     """`compare_experiments` on loaded experiments (the reporter compares with its baseline this way)."""
     name_a = result_a.experiment.workload.get("name")
     name_b = result_b.experiment.workload.get("name")
@@ -188,7 +197,7 @@ def compare_results(
                 f"{side_b.label} (e.g. {trials_a[0].doc.id} vs {trials_b[0].doc.id}: {diff}); "
                 "to compare two trials whose parameters differ, name them as EXPERIMENT:TRIAL"
             )
-    rows: list[MetricComparison] = []
+    rows: list[PairedMetric] = []
     for ta, tb in pairs:
         shown = ta.doc.matrix_point if side_a.trial is None else {k: v[0] for k, v in differing.items()}
         for metric, meta in ta.metrics.items():
@@ -199,18 +208,18 @@ def compare_results(
             if not runs_a or not runs_b:
                 continue
             result = compare(runs_a, runs_b, meta.direction, threshold=threshold, alpha=alpha)  # type: ignore[arg-type]
-            rows.append(MetricComparison(ta.doc.id, tb.doc.id, shown, metric, meta.unit, result))
+            rows.append(PairedMetric(ta.doc.id, tb.doc.id, shown, metric, meta.unit, result))
     if not rows:
         raise NotComparableError(
             f"nothing to compare: no metric was measured on both {side_a.label} and {side_b.label}"
         )
-    adjusted = adjust_family([r.comparison for r in rows], alpha)
-    for row, comparison in zip(rows, adjusted, strict=True):
-        row.comparison = comparison
-    return CompareResult(side_a.label, side_b.label, threshold, differing, rows, unpaired)
+    adjusted = adjust_family([r.stats for r in rows], alpha)
+    for row, stats in zip(rows, adjusted, strict=True):
+        row.stats = stats
+    return ExperimentComparison(side_a.label, side_b.label, threshold, differing, rows, unpaired)
 
 
-def compare_document(result: CompareResult) -> dict[str, Any]:
+def compare_document(result: ExperimentComparison) -> dict[str, Any]:
     return {
         "schema": COMPARE_SCHEMA,
         "a": result.a,
@@ -226,32 +235,28 @@ def compare_document(result: CompareResult) -> dict[str, Any]:
                 "params": r.params,
                 "metric": r.metric,
                 "unit": r.unit,
-                **asdict(r.comparison),
+                **asdict(r.stats),
             }
-            for r in result.comparisons
+            for r in result.metrics
         ],
         "slower": len(result.slower),
     }
 
 
-def _fmt(x: float | None) -> str:
-    return "–" if x is None else f"{x:.4g}"
-
-
-def table_rows(result: CompareResult) -> list[list[str]]:
+def table_rows(result: ExperimentComparison) -> list[list[str]]:
     rows = []
-    for r in result.comparisons:
-        c = r.comparison
+    for r in result.metrics:
+        c = r.stats
         point = ", ".join(f"{k}={v}" for k, v in r.params.items()) or "–"
         rows.append(
             [
                 r.trial_a if r.trial_a == r.trial_b else f"{r.trial_a} vs {r.trial_b}",
                 point,
                 f"{r.metric} ({r.unit}, {c.direction})",
-                _fmt(c.median_a),
-                _fmt(c.median_b),
+                format_number(c.median_a),
+                format_number(c.median_b),
                 f"{c.ratio:.4f} [{c.ci_low:.4f}, {c.ci_high:.4f}]",
-                f"{_fmt(c.p_value)} (adj {_fmt(c.p_adjusted)}, min {_fmt(c.min_p_value)})",
+                f"{format_number(c.p_value)} (adj {format_number(c.p_adjusted)}, min {format_number(c.min_p_value)})",
                 c.verdict,
                 c.note,
             ]
@@ -272,7 +277,7 @@ HEADERS = [
 ]
 
 
-def compare_markdown(result: CompareResult) -> str:
+def compare_markdown(result: ExperimentComparison) -> str:
     lines = [
         f"# Kaliper comparison: {result.b} (B) against {result.a} (A)",
         "",

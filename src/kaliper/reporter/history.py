@@ -31,9 +31,8 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from kaliper.errors import InputError
-from kaliper.reporter.outputs import SUMMARY_SCHEMA
 from kaliper.results.record import ResultRecord, Stack, load_record
+from kaliper.results.summary import SummaryDoc, load_summary
 from kaliper.spec.services import EXPERIMENT_ID
 from kaliper.storage import Storage, layout
 
@@ -160,7 +159,8 @@ class Series:
         return "faster" if better else "slower"
 
 
-def _summaries(storage: Storage, spec: str | None) -> list[dict[str, Any]]:
+def _summaries(storage: Storage, spec: str | None) -> list[SummaryDoc]:
+    """The reported experiments (of `spec`), oldest first; a summary of another schema is refused."""
     summaries = []
     for experiment in storage.children(layout.EXPERIMENTS):  # not every key of every experiment
         match = EXPERIMENT_ID.match(experiment)
@@ -169,26 +169,21 @@ def _summaries(storage: Storage, spec: str | None) -> list[dict[str, Any]]:
         key = layout.report_key(experiment, "summary.json")
         if not storage.exists(key):
             continue  # not reported (yet)
-        document = storage.get_json(key)
-        if not isinstance(document, dict) or document.get("schema") != SUMMARY_SCHEMA:
-            raise InputError(
-                f"{storage.location(key)}: unsupported summary schema {document.get('schema')!r} "
-                f"(this Kaliper reads {SUMMARY_SCHEMA}); rerun the reporter with this version"
-            )
-        if spec is None or document.get("spec_name") == spec:
-            summaries.append(document)
-    return sorted(summaries, key=lambda d: (d["created"], d["experiment"]))
+        summary = load_summary(storage.get(key), storage.location(key))
+        if spec is None or summary.spec_name == spec:
+            summaries.append(summary)
+    return sorted(summaries, key=lambda d: (d.created, d.experiment))
 
 
 def load_history(storage: Storage, spec: str | None = None, metric: str | None = None) -> list[Series]:
     """Every series in `storage` (optionally of one spec and one metric), oldest point first."""
     series: dict[tuple[str, str], Series] = {}
     for summary in _summaries(storage, spec):
-        for trial in summary["trials"]:
-            fp = trial.get("fingerprint")
+        for trial in summary.trials:
+            fp = trial.fingerprint
             if not fp:
                 continue  # nothing measured in this trial
-            for name, m in trial["metrics"].items():
+            for name, m in trial.metrics.items():
                 if metric is not None and name != metric:
                     continue
                 one = series.setdefault(
@@ -196,24 +191,24 @@ def load_history(storage: Storage, spec: str | None = None, metric: str | None =
                     Series(
                         fp,
                         name,
-                        m["unit"],
-                        m["direction"],
-                        summary["workload"].get("name"),
-                        trial["params"],
-                        trial["stack"]["name"],
-                        summary["spec_name"],
+                        m.unit,
+                        m.direction,
+                        summary.workload.get("name"),
+                        trial.params,
+                        trial.stack.name,
+                        summary.spec_name,
                     ),
                 )
                 one.points.append(
                     Point(
-                        summary["experiment"],
-                        datetime.fromisoformat(summary["created"]),
-                        trial["trial"],
-                        m["median"],
-                        m["ci_low"],
-                        m["ci_high"],
-                        m["n"],
-                        trial.get("stack_id"),
+                        summary.experiment,
+                        datetime.fromisoformat(summary.created),
+                        trial.trial,
+                        m.median,
+                        m.ci_low,
+                        m.ci_high,
+                        m.n,
+                        trial.stack_id,
                     )
                 )
     return list(series.values())

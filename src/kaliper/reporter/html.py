@@ -12,9 +12,11 @@ import hashlib
 from typing import Any
 
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult, run_medians
+from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import HEADERS
-from kaliper.reporter.outputs import RESOURCE_COLUMNS, format_bytes, resource_figure, summary_document
-from kaliper.reporter.plots import Box, BoxGroup, Point, bars_svg, distribution_svg, esc, num, scaling_svg
+from kaliper.reporter.formatting import RESOURCE_COLUMNS, format_bytes, format_number, resource_figure
+from kaliper.reporter.plots import Box, BoxGroup, Point, bars_svg, distribution_svg, esc, scaling_svg
+from kaliper.reporter.report import Report
 from kaliper.reporter.verdict_tables import sections
 
 KEY_PACKAGES = (
@@ -123,7 +125,11 @@ def _results(result: ExperimentResult, metric_names: list[str], units: dict[str,
         cells.append(f"{ok}/{len(t.runs)}")
         for n in metric_names:
             m = t.metrics.get(n)
-            cells.append(f"{num(m.median)} [{num(m.ci_low)}, {num(m.ci_high)}]" if m else "–")
+            cells.append(
+                f"{format_number(m.median)} [{format_number(m.ci_low)}, {format_number(m.ci_high)}]"
+                if m
+                else "–"
+            )
         rows.append(cells)
     first = len(swept) + 3
     out = [
@@ -147,7 +153,7 @@ def _results(result: ExperimentResult, metric_names: list[str], units: dict[str,
             samples = r.primary.n_samples if r.primary else 0
             run_rows.append(
                 [str(r.repetition), _status(r.status), converged, str(samples)]
-                + [esc(num(medians.get(n))) for n in metric_names]
+                + [esc(format_number(medians.get(n))) for n in metric_names]
             )
         header = ["repetition", "status", "converged", "samples", *(f"{n} median" for n in metric_names)]
         out.append(_table(header, run_rows, set(range(3, 4 + len(metric_names)))))
@@ -222,10 +228,10 @@ def _scaling(result: ExperimentResult, metric_names: list[str], units: dict[str,
     return out
 
 
-def _comparisons(result: ExperimentResult) -> list[str]:
+def _comparisons(comparisons: ReportComparisons) -> list[str]:
     """Against the baseline, then stack against stack (kaliper.reporter.baseline), with CIs and verdicts."""
     out = ['<h2 id="comparison">Comparisons</h2>']
-    found = sections(result)
+    found = sections(comparisons)
     if not found:
         out.append('<p class="note">Nothing was compared (no baseline looked up).</p>')
     for section in found:
@@ -261,7 +267,9 @@ def _resources(result: ExperimentResult) -> list[str]:
             cells = [esc(t.doc.id), str(r.repetition), esc((r.resources or {}).get("source"))]
             for _label, names, stat, is_bytes in columns:
                 figure = resource_figure(r, names)
-                cells.append(esc((format_bytes if is_bytes else num)(figure[stat])) if figure else "–")
+                cells.append(
+                    esc((format_bytes if is_bytes else format_number)(figure[stat])) if figure else "–"
+                )
             rows.append(cells)
         out.append('<p class="note">Over each run\'s measurement window (mean and max over time).</p>')
         out.append(
@@ -409,9 +417,9 @@ def _method(result: ExperimentResult) -> list[str]:
     return ['<h2 id="method">Method</h2>', "<ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"]
 
 
-def report_html(result: ExperimentResult) -> str:
+def report_html(report: Report) -> str:
     """The whole page."""
-    summary = summary_document(result)
+    result, summary = report.result, report.summary
     metric_names = list(dict.fromkeys(n for t in result.trials for n in t.metrics))
     units = {n: m.unit for t in result.trials for n, m in t.metrics.items()}
     body = [
@@ -419,7 +427,7 @@ def report_html(result: ExperimentResult) -> str:
         *_results(result, metric_names, units),
         *_distributions(result, metric_names, units),
         *_scaling(result, metric_names, units),
-        *_comparisons(result),
+        *_comparisons(report.comparisons),
         *_resources(result),
         *_provenance(result),
         *_failures(result),

@@ -1,7 +1,7 @@
-"""The report files: summary.json (`kaliper.summary/v1`), results.csv and report.md.
+"""The report's tables: results.csv (one row per record) and report.md.
 
-Everything here is a pure function of the stored documents (no wall-clock time, seeded bootstrap), so
-rerunning the reporter gives byte-identical files.
+Pure functions of the report object (kaliper.reporter.report.Report), so rerunning the reporter gives
+byte-identical files.
 """
 
 from __future__ import annotations
@@ -10,171 +10,15 @@ import csv
 import io
 from typing import Any
 
-from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialMetric, TrialResult, run_medians
-from kaliper.reporter.baseline import Comparisons
-from kaliper.reporter.compare import MetricComparison
-from kaliper.reporter.fingerprint import fingerprint, hardware_class
-from kaliper.reporter.verdict_tables import (
-    baseline_verdicts,
-    comparisons_of,
-    comparisons_summary,
-    markdown_lines,
-    verdict_entry,
-)
-
-SUMMARY_SCHEMA = "kaliper.summary/v1"
-CI_METHOD = "hierarchical-bootstrap"
+from kaliper.reporter.aggregate import ExperimentResult, TrialResult, run_medians
+from kaliper.reporter.formatting import RESOURCE_COLUMNS, format_bytes, format_number, resource_figure
+from kaliper.reporter.report import Report
+from kaliper.reporter.verdict_tables import markdown_lines
 
 
-def _num(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.3e}"
-
-
-def _run_summary(run: RunResult) -> dict[str, Any]:
-    primary = run.primary
-    return {
-        "repetition": run.repetition,
-        "status": run.status,
-        "error": run.error,
-        "converged": primary.converged if primary else None,
-        "n_samples": primary.n_samples if primary else 0,
-        "medians": run_medians(run),
-        "phases": {k: v.isoformat() if v else None for k, v in run.launch.phases.items()}
-        if run.launch
-        else None,
-        "resources": run.resources,
-        # Per metric: the run's spread (IQR, MAD-based jitter = 1.4826·MAD/|median|, CV).
-        "stats": {
-            name: {
-                "ci_low": rs.ci_low,
-                "ci_high": rs.ci_high,
-                "iqr": rs.iqr,
-                "jitter": rs.jitter,
-                "cv": rs.cv,
-            }
-            for name, rs in (run.stats.items() if run.measured else ())
-        },
-    }
-
-
-def _trial_stats(metric: TrialMetric) -> dict[str, Any]:
-    """Variance components and what more effort should go to (Kalibera & Jones), when known."""
-    st = metric.stats
-    if st is None:
-        return {}
-    return {
-        "rel_ci_width": st.rel_ci_width,
-        "within_run_variance": st.within_var,
-        "between_run_variance": st.between_var,
-        "advice": st.advice,
-        "optimal_samples_per_run": st.optimal_samples_per_run,
-    }
-
-
-def _trial_summary(
-    trial: TrialResult, comparisons: Comparisons | None, verdicts: dict[tuple[str, str], MetricComparison]
-) -> dict[str, Any]:
-    counts = trial.counts
-    record = trial.first_record
-    return {
-        "trial": trial.doc.id,
-        "params": trial.doc.params,
-        "matrix_point": trial.doc.matrix_point,
-        "stack": trial.doc.stack.model_dump(mode="json"),
-        # What `kaliper history` follows: null when nothing was measured.
-        "fingerprint": fingerprint(trial.doc, record) if record else None,
-        "stack_id": record.stack.id if record else None,
-        "image_digest": record.stack.image_digest if record else None,
-        "hardware": hardware_class(record) if record else None,
-        "status": trial.status,
-        # ok counts every measured run; not_converged is the part of ok that missed the CI target, so
-        # planned = ok + failed + timeout + missing.
-        "repetitions": {
-            "planned": len(trial.runs),
-            "ok": sum(1 for r in trial.runs if r.measured),
-            "not_converged": counts["not_converged"],
-            "failed": counts["failed"],
-            "timeout": counts["timeout"],
-            "missing": counts["missing"],
-        },
-        "metrics": {
-            name: {
-                "unit": m.unit,
-                "direction": m.direction,
-                "formula": m.formula,
-                "median": m.median,
-                "ci_low": m.ci_low,
-                "ci_high": m.ci_high,
-                "ci_level": m.ci_level,
-                "ci_method": CI_METHOD,
-                "n": m.n_runs,
-                "n_samples": m.n_samples,
-                **_trial_stats(m),
-                # The verdict against the baseline experiment's paired trial (null: not compared).
-                "baseline": verdict_entry(comparisons, verdicts[(trial.doc.id, name)])
-                if comparisons and (trial.doc.id, name) in verdicts
-                else None,
-            }
-            for name, m in trial.metrics.items()
-        },
-        "runs": [_run_summary(r) for r in trial.runs],
-    }
-
-
-def _provenance(result: ExperimentResult) -> dict[str, Any]:
-    records = [r for r in result.all_records() if r.recorded_by == "workload"]
-    return {
-        "stack_ids": sorted({r.stack.id for r in records}),
-        "frameworks": sorted(
-            {
-                f"{r.workload.framework} {r.workload.framework_version}"
-                for r in records
-                if r.workload.framework_version
-            }
-        ),
-        "python": sorted({r.stack.python["version"] for r in records}),
-        "cpu_models": sorted({r.hardware.cpu_model or "unknown" for r in records}),
-        "hosts": sorted({r.hardware.hostname for r in records}),
-    }
-
-
-def summary_document(result: ExperimentResult) -> dict[str, Any]:
-    """The summary (computed once per result: the report's other files read it too)."""
-    if "summary" not in result.cache:
-        result.cache["summary"] = _summary_document(result)
-    summary: dict[str, Any] = result.cache["summary"]
-    return summary
-
-
-def _summary_document(result: ExperimentResult) -> dict[str, Any]:
-    exp = result.experiment
-    runs = [r for _t, r in result.all_runs()]
-    comparisons, verdicts = comparisons_of(result), baseline_verdicts(result)
-    return {
-        "schema": SUMMARY_SCHEMA,
-        "experiment": exp.id,
-        "spec_name": exp.spec_name,
-        "created": exp.created.isoformat(),
-        "kaliper_version": exp.kaliper_version,
-        "workload": exp.workload,
-        "repetitions": exp.repetitions,
-        "runs": {
-            "planned": len(runs),
-            "succeeded": sum(1 for r in runs if r.measured),
-            "failed": sum(1 for r in runs if r.status in ("failed", "timeout")),
-            "missing": sum(1 for r in runs if r.status == "missing"),
-        },
-        "trials": [_trial_summary(t, comparisons, verdicts) for t in result.trials],
-        "provenance": _provenance(result),
-        "comparisons": comparisons_summary(result),
-    }
-
-
-def results_csv(result: ExperimentResult) -> str:
+def results_csv(report: Report) -> str:
     """One row per result record (every replica of every run, failures included)."""
-    records = result.all_records()
+    records = report.result.all_records()
     params = sorted({k for r in records for k in r.params})
     metrics = sorted({k for r in records for k in r.metrics})
     header = [
@@ -226,12 +70,12 @@ def _metric_cell(trial: TrialResult, name: str) -> str:
     m = trial.metrics.get(name)
     if m is None:
         return "–"
-    return f"{_num(m.median)} [{_num(m.ci_low)}, {_num(m.ci_high)}]"
+    return f"{format_number(m.median)} [{format_number(m.ci_low)}, {format_number(m.ci_high)}]"
 
 
-def report_markdown(result: ExperimentResult) -> str:
+def report_markdown(report: Report) -> str:
+    result, summary = report.result, report.summary
     exp = result.experiment
-    summary = summary_document(result)
     trial_docs = {t["trial"]: t for t in summary["trials"]}
     prov = summary["provenance"]
     metric_names = list(dict.fromkeys(n for t in result.trials for n in t.metrics))
@@ -266,7 +110,7 @@ def report_markdown(result: ExperimentResult) -> str:
         ]
         cells += [_metric_cell(t, n) for n in metric_names]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += markdown_lines(result)
+    lines += markdown_lines(report.comparisons)
 
     for t in result.trials:
         params = ", ".join(f"{k}={v}" for k, v in t.doc.params.items())
@@ -285,7 +129,7 @@ def report_markdown(result: ExperimentResult) -> str:
             rs = by_repetition[run.repetition]
             converged = {True: "yes", False: "no", None: "–"}[rs["converged"]]
             cells = [str(run.repetition), run.status, converged, str(rs["n_samples"])]
-            cells += [_num(medians.get(n)) for n in metric_names]
+            cells += [format_number(medians.get(n)) for n in metric_names]
             lines.append("| " + " | ".join(cells) + " |")
 
     lines += _resources_markdown(result)
@@ -314,35 +158,6 @@ def report_markdown(result: ExperimentResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def format_bytes(value: float | None) -> str:
-    if value is None:
-        return "–"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(value) >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value:.3g} B"
-
-
-# The resource table of report.md and report.html: (column, figures to try in order, statistic, whether
-# the figure is bytes (shown with format_bytes) rather than a plain number).
-RESOURCE_COLUMNS: tuple[tuple[str, tuple[str, ...], str, bool], ...] = (
-    ("CPU cores mean", ("cpu_cores",), "mean", False),
-    ("CPU cores max", ("cpu_cores",), "max", False),
-    ("memory peak", ("memory_working_set_bytes", "memory_rss_bytes"), "max", True),
-    ("disk read/s", ("disk_read_bytes_per_second",), "mean", True),
-    ("disk write/s", ("disk_write_bytes_per_second",), "mean", True),
-    ("net rx/s", ("network_receive_bytes_per_second",), "mean", True),
-    ("GPU util %", ("gpu_utilization_percent",), "mean", False),
-    ("GPU power W", ("gpu_power_watts",), "mean", False),
-)
-
-
-def resource_figure(run: RunResult, names: tuple[str, ...]) -> dict[str, Any] | None:
-    """The first of `names` among the run's resource figures."""
-    figures = (run.resources or {}).get("figures", {})
-    return next((figures[n] for n in names if n in figures), None)
-
-
 def _resources_markdown(result: ExperimentResult) -> list[str]:
     """Resource use per run, or which data is missing and why (never silently empty)."""
     runs = result.all_runs()
@@ -361,7 +176,7 @@ def _resources_markdown(result: ExperimentResult) -> list[str]:
             cells = [t.doc.id, str(r.repetition), str((r.resources or {}).get("source"))]
             for _label, names, stat, is_bytes in columns:
                 figure = resource_figure(r, names)
-                cells.append((format_bytes if is_bytes else _num)(figure[stat]) if figure else "–")
+                cells.append((format_bytes if is_bytes else format_number)(figure[stat]) if figure else "–")
             lines.append("| " + " | ".join(cells) + " |")
         by_reason: dict[str, set[str]] = {}
         for _t, r in have:

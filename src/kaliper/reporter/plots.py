@@ -14,6 +14,8 @@ from html import escape
 
 import numpy as np
 
+from kaliper.reporter.formatting import format_number
+
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 MAX_POINTS = 300  # sample points drawn per box (the box itself uses every sample)
 GOLDEN = 0.6180339887498949
@@ -22,12 +24,6 @@ GOLDEN = 0.6180339887498949
 def esc(value: object) -> str:
     """Text or attribute value, escaped for HTML and SVG (quotes included): record strings are untrusted."""
     return escape(str(value), quote=True)
-
-
-def num(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "–"
-    return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.3e}"
 
 
 def _f(value: float) -> str:
@@ -79,7 +75,7 @@ def _y_axis(
     for tick in ticks:
         y = scale(tick)
         out.append(f'<line x1="{_f(left)}" x2="{_f(right)}" y1="{_f(y)}" y2="{_f(y)}" class="grid"/>')
-        out.append(f'<text x="{_f(left - 4)}" y="{_f(y + 4)}" class="yt">{esc(num(tick))}</text>')
+        out.append(f'<text x="{_f(left - 4)}" y="{_f(y + 4)}" class="yt">{esc(format_number(tick))}</text>')
     out.append(f'<text transform="translate(14 {_f(mid)}) rotate(-90)" class="al">{esc(label)}</text>')
     return out
 
@@ -160,12 +156,12 @@ def distribution_svg(title: str, axis_label: str, groups: list[BoxGroup]) -> str
             out.append(
                 f'<rect x="{_f(start)}" y="{_f(y(group.ci_high))}" width="{_f(end - start)}" '
                 f'height="{_f(max(y(group.ci_low) - y(group.ci_high), 1.0))}" class="ci">'
-                f"<title>{esc(f'{group.label}: CI [{num(group.ci_low)}, {num(group.ci_high)}]')}</title></rect>"
+                f"<title>{esc(f'{group.label}: CI [{format_number(group.ci_low)}, {format_number(group.ci_high)}]')}</title></rect>"
             )
         if group.median is not None:
             out.append(
                 f'<line x1="{_f(start)}" x2="{_f(end)}" y1="{_f(y(group.median))}" y2="{_f(y(group.median))}" '
-                f'class="med"><title>{esc(f"{group.label}: median {num(group.median)}")}</title></line>'
+                f'class="med"><title>{esc(f"{group.label}: median {format_number(group.median)}")}</title></line>'
             )
         out.append(
             f'<text x="{_f((start + end) / 2)}" y="{_f(top + plot_h + 30)}" class="gl">{esc(group.label)}</text>'
@@ -214,7 +210,7 @@ def scaling_svg(title: str, x_label: str, y_label: str, series: dict[str, list[P
     out += _y_axis(y, ticks, left, left + plot_w, y_label, top + plot_h / 2)
     for value in sorted(set(xs)):
         out.append(
-            f'<text x="{_f(x(value))}" y="{_f(top + plot_h + 14)}" class="xt">{esc(num(value))}</text>'
+            f'<text x="{_f(x(value))}" y="{_f(top + plot_h + 14)}" class="xt">{esc(format_number(value))}</text>'
         )
     axis = f"{x_label} (log scale)" if log_x else x_label
     out.append(f'<text x="{_f(left + plot_w / 2)}" y="{_f(top + plot_h + 32)}" class="gl">{esc(axis)}</text>')
@@ -225,7 +221,7 @@ def scaling_svg(title: str, x_label: str, y_label: str, series: dict[str, list[P
         out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>')
         for p in points:
             px = x(p.x)
-            tip = f"{label}: {x_label}={num(p.x)}: median {num(p.median)} [{num(p.ci_low)}, {num(p.ci_high)}]"
+            tip = f"{label}: {x_label}={format_number(p.x)}: median {format_number(p.median)} [{format_number(p.ci_low)}, {format_number(p.ci_high)}]"
             out.append(
                 f'<g stroke="{color}"><title>{esc(tip)}</title>'
                 f'<line x1="{_f(px)}" x2="{_f(px)}" y1="{_f(y(p.ci_low))}" y2="{_f(y(p.ci_high))}"/>'
@@ -253,13 +249,15 @@ def bars_svg(title: str, axis_label: str, bars: list[tuple[str, float, float]]) 
         out.append(
             f'<line x1="{_f(x(tick))}" x2="{_f(x(tick))}" y1="{_f(top)}" y2="{_f(bottom)}" class="grid"/>'
         )
-        out.append(f'<text x="{_f(x(tick))}" y="{_f(bottom + 14)}" class="xt">{esc(num(tick))}</text>')
+        out.append(
+            f'<text x="{_f(x(tick))}" y="{_f(bottom + 14)}" class="xt">{esc(format_number(tick))}</text>'
+        )
     for index, (label, mean, peak) in enumerate(bars):
         by = top + index * (bar_h + 6)
         out.append(f'<text x="{_f(left - 6)}" y="{_f(by + 12)}" class="yt">{esc(label)}</text>')
         out.append(
             f'<rect x="{_f(left)}" y="{_f(by)}" width="{_f(max(x(mean) - left, 0.5))}" height="{_f(bar_h)}" '
-            f'fill="{PALETTE[0]}"><title>{esc(f"{label}: mean {num(mean)}, max {num(peak)}")}</title></rect>'
+            f'fill="{PALETTE[0]}"><title>{esc(f"{label}: mean {format_number(mean)}, max {format_number(peak)}")}</title></rect>'
         )
         out.append(
             f'<line x1="{_f(x(peak))}" x2="{_f(x(peak))}" y1="{_f(by - 2)}" y2="{_f(by + bar_h + 2)}" class="mx"/>'

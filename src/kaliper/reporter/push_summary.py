@@ -39,10 +39,10 @@ from kaliper.monitoring.metrics import (
     SUMMARY_JOB,
     VERDICT_LABELS,
 )
-from kaliper.reporter.aggregate import ExperimentResult, TrialResult
+from kaliper.monitoring.settings import pushgateway_url
+from kaliper.reporter.aggregate import TrialResult
 from kaliper.reporter.fingerprint import fingerprint
-from kaliper.reporter.resources import pushgateway_url
-from kaliper.reporter.verdict_tables import baseline_verdicts, comparisons_of
+from kaliper.reporter.report import Report
 from kaliper.reporter.views import RecordView
 
 log = logging.getLogger(__name__)
@@ -52,12 +52,12 @@ def _trial_record(trial: TrialResult) -> RecordView | None:
     return trial.first_record
 
 
-def summary_registries(result: ExperimentResult) -> list[tuple[dict[str, str], CollectorRegistry]]:
+def summary_registries(report: Report) -> list[tuple[dict[str, str], CollectorRegistry]]:
     """(grouping key, registry) for every group this experiment's report pushes."""
+    result = report.result
     exp = result.experiment
     groups: list[tuple[dict[str, str], CollectorRegistry]] = []
-    comparisons, verdicts = comparisons_of(result), baseline_verdicts(result)
-    baseline = comparisons.baseline if comparisons else None
+    verdicts, baseline = report.comparisons.baseline_verdicts(), report.comparisons.baseline
     for trial in result.trials:
         record = _trial_record(trial)
         if record is None or not trial.metrics:
@@ -86,7 +86,7 @@ def summary_registries(result: ExperimentResult) -> list[tuple[dict[str, str], C
             gauges["runs"].labels(*labels).set(metric.n_runs)
             against = verdicts.get((trial.doc.id, name))
             if against is not None and baseline is not None:
-                verdict.labels(exp.spec_name, exp.id, fp, name, against.comparison.verdict, baseline).set(1)
+                verdict.labels(exp.spec_name, exp.id, fp, name, against.verdict, baseline).set(1)
         groups.append(({"spec": exp.spec_name, "fingerprint": fp}, registry))
     registry = CollectorRegistry()
     Gauge(
@@ -99,13 +99,13 @@ def summary_registries(result: ExperimentResult) -> list[tuple[dict[str, str], C
     return groups
 
 
-def push_summary(result: ExperimentResult, url: str | None = None, timeout_s: float = 5.0) -> int:
+def push_summary(report: Report, url: str | None = None, timeout_s: float = 5.0) -> int:
     """Push every group; the number pushed (0 when no Pushgateway is configured or it fails)."""
-    url = url or pushgateway_url(result.experiment)
+    url = url or pushgateway_url(report.result.experiment)
     if not url:
         return 0
     pushed = 0
-    for key, registry in summary_registries(result):
+    for key, registry in summary_registries(report):
         try:
             push_to_gateway(url, job=SUMMARY_JOB, registry=registry, grouping_key=key, timeout=timeout_s)
         except Exception as exc:  # the report is written; metrics for Grafana must not fail it

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kaliper.reporter.aggregate import ExperimentResult
-from kaliper.reporter.baseline import Comparisons
-from kaliper.reporter.compare import HEADERS, CompareResult, MetricComparison, compare_document, table_rows
+from kaliper.analysis.terms import VERDICTS
+from kaliper.reporter.baseline import ReportComparisons
+from kaliper.reporter.compare import HEADERS, ExperimentComparison, PairedMetric, compare_document, table_rows
 
 
 @dataclass(frozen=True)
@@ -26,21 +26,8 @@ class Section:
     note: str | None
 
 
-def comparisons_of(result: ExperimentResult) -> Comparisons | None:
-    found = result.cache.get("comparisons")
-    return found if isinstance(found, Comparisons) else None
-
-
-def baseline_verdicts(result: ExperimentResult) -> dict[tuple[str, str], MetricComparison]:
-    """(trial, metric) of this experiment → its comparison with the baseline."""
-    c = comparisons_of(result)
-    if c is None or c.against_baseline is None:
-        return {}
-    return {(m.trial_b, m.metric): m for m in c.against_baseline.comparisons}
-
-
-def verdict_entry(c: Comparisons, m: MetricComparison) -> dict[str, Any]:
-    cmp = m.comparison
+def verdict_entry(c: ReportComparisons, m: PairedMetric) -> dict[str, Any]:
+    cmp = m.stats
     return {
         "experiment": c.baseline,
         "trial": m.trial_a,
@@ -52,10 +39,7 @@ def verdict_entry(c: Comparisons, m: MetricComparison) -> dict[str, Any]:
     }
 
 
-def comparisons_summary(result: ExperimentResult) -> dict[str, Any] | None:
-    c = comparisons_of(result)
-    if c is None:
-        return None
+def comparisons_summary(c: ReportComparisons) -> dict[str, Any]:
     return {
         "threshold": c.settings.threshold,
         "alpha": c.settings.alpha,
@@ -68,17 +52,14 @@ def comparisons_summary(result: ExperimentResult) -> dict[str, Any] | None:
     }
 
 
-def _counts(compared: CompareResult) -> str:
-    verdicts = [m.comparison.verdict for m in compared.comparisons]
-    counts = {v: verdicts.count(v) for v in ("faster", "slower", "equivalent", "inconclusive")}
+def _counts(compared: ExperimentComparison) -> str:
+    verdicts = [m.verdict for m in compared.metrics]
+    counts = {v: verdicts.count(v) for v in VERDICTS}
     return ", ".join(f"{n} {v}" for v, n in counts.items() if n)
 
 
-def sections(result: ExperimentResult) -> list[Section]:
+def sections(c: ReportComparisons) -> list[Section]:
     """The comparison tables of the report, in order: against the baseline, then stack against stack."""
-    c = comparisons_of(result)
-    if c is None:
-        return []
     rule = (
         f"ratio > 1 means B is better; verdict at ±{c.settings.threshold:.1%} with Mann-Whitney U on run "
         f"medians, Benjamini-Hochberg adjusted at {c.settings.alpha:g}"
@@ -104,9 +85,9 @@ def sections(result: ExperimentResult) -> list[Section]:
     return out
 
 
-def markdown_lines(result: ExperimentResult) -> list[str]:
+def markdown_lines(c: ReportComparisons) -> list[str]:
     lines: list[str] = []
-    for section in sections(result):
+    for section in sections(c):
         lines += ["", f"## {section.title}", ""]
         if section.note:
             lines.append(section.note)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from kaliper.jobs.kubeflow import replica_name
 from kaliper.results.documents import FailureInfo, LaunchDoc
 from kaliper.results.record import Hardware, ResultRecord, Stack, WorkloadInfo
 
@@ -61,7 +62,7 @@ class RecordView:
     @property
     def replica(self) -> str:
         """ "master-0", "worker-1": how logs and messages name the replica."""
-        return f"{self.replica_type.lower()}-{self.replica_index}"
+        return replica_name(self.replica_type, self.replica_index)
 
 
 @dataclass(frozen=True, slots=True)

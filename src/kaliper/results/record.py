@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kaliper.results.documents import load_versioned
 
@@ -139,7 +139,14 @@ class ResultRecord(Model):
     )
     stack: Stack
     hardware: Hardware
-    resources: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_unused_resources(cls, data: Any) -> Any:
+        """Records written before resources moved to resources.json carry `"resources": null`."""
+        if isinstance(data, dict) and "resources" in data and data["resources"] is None:
+            data = {k: v for k, v in data.items() if k != "resources"}
+        return data
 
     def to_json_bytes(self) -> bytes:
         """Canonical bytes (sorted keys) for storage."""

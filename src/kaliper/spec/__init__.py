@@ -12,8 +12,6 @@ from kaliper.spec.loader import (
     spec_from_text,
 )
 from kaliper.spec.model import (
-    JOB_KIND_OF,
-    REPLICA_TYPES,
     BenchmarkSpec,
     JobSpec,
     ResourcesSpec,
@@ -26,8 +24,6 @@ from kaliper.spec.model import (
 from kaliper.spec.services import MonitoringSpec, ReportSpec, S3Spec
 
 __all__ = [
-    "JOB_KIND_OF",
-    "REPLICA_TYPES",
     "BenchmarkSpec",
     "JobSpec",
     "LoadedSpec",

@@ -18,6 +18,7 @@ from pydantic import (
 
 from kaliper import __version__
 from kaliper.errors import StorageURLError
+from kaliper.jobs.kubeflow import JOB_KIND_OF, REPLICA_TYPES
 from kaliper.spec.services import (
     DNS_SUBDOMAIN,
     MonitoringSpec,
@@ -26,16 +27,11 @@ from kaliper.spec.services import (
     StrictModel,
 )
 from kaliper.spec.units import QUANTITY, parse_duration
-from kaliper.storage import DEFAULT_STORAGE_URL, check_storage_url
+from kaliper.storage import DEFAULT_STORAGE_URL, check_storage_url, file_path
 
 # RFC 1035 label: the training operator names a Service per replica after the job, and Service names
 # must start with a letter.
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-REPLICA_TYPES = {
-    "PyTorchJob": ("Master", "Worker"),
-    "TFJob": ("Chief", "Master", "PS", "Worker", "Evaluator"),
-}
-JOB_KIND_OF = {"pytorch": "PyTorchJob", "tensorflow": "TFJob"}
 IMAGE_REF = re.compile(r"^[a-z0-9]+([._/:-][a-z0-9]+)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$", re.I)
 CRON_FIELD = re.compile(r"^[\d*/,\-A-Za-z?LW#]+$")
 
@@ -221,7 +217,8 @@ class WorkflowSpec(StrictModel):
             check_storage_url(value)
         except StorageURLError as exc:
             raise ValueError(str(exc)) from None
-        if value.startswith("file://") and not value[len("file://") :].startswith("/"):
+        path = file_path(value)
+        if path is not None and not path.startswith("/"):
             raise ValueError("inside a cluster a file:// storage path must be absolute (the PVC mount path)")
         return value
 

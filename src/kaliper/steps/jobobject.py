@@ -10,20 +10,11 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
-from kaliper.configurator.jobs import (
-    LABEL_EXPERIMENT,
-    LABEL_REPETITION,
-    LABEL_TRIAL,
-    for_repetition,
-    replica_specs,
-)
 from kaliper.errors import ExecutionError, InputError
+from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_REPETITION, LABEL_TRIAL, PLURALS
+from kaliper.jobs.manifest import for_repetition, replica_specs
 
-GROUP: Final = "kubeflow.org"
-VERSION: Final = "v1"
-PLURALS: Final = {"PyTorchJob": "pytorchjobs", "TFJob": "tfjobs"}
 WORKFLOW_LABEL: Final = "workflows.argoproj.io/workflow"
-JOB_NAME_LABEL: Final = "training.kubeflow.org/job-name"
 RESULTS_VOLUME: Final = "kaliper-results"
 SA_NAMESPACE_FILE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_NAMESPACE: Final = "default"

@@ -15,14 +15,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from kaliper.configurator.jobs import CONTAINER_NAME, replica_counts
+from kaliper.jobs.kubeflow import (
+    BACKOFF_LIMIT_EXCEEDED,
+    CONTAINER_NAME,
+    DEADLINE_EXCEEDED,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+    pod_name,
+)
+from kaliper.jobs.manifest import replica_counts
 from kaliper.results.documents import ReplicaLaunch
 
-REPLICA_TYPE_LABEL: Final = "training.kubeflow.org/replica-type"
-REPLICA_INDEX_LABEL: Final = "training.kubeflow.org/replica-index"
 TERMINAL: Final = ("Succeeded", "Failed")
-DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
-BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"
 # Operator messages (pkg/controller.v1/common/job.go) and reasons of other versions, by limit.
 _LIMIT_MARKERS: Final = (
     (DEADLINE_EXCEEDED, ("active longer than specified deadline", "DeadlineExceeded")),
@@ -190,7 +194,7 @@ class PodView:
     def _replica(self, rtype: str, index: int) -> ReplicaLaunch:
         pod = self.seen.get((rtype, index))
         if pod is None:
-            name = f"{self.job_name}-{rtype.lower()}-{index}"
+            name = pod_name(self.job_name, rtype, index)
             return ReplicaLaunch(replica_type=rtype, index=index, pod=name, reason="PodNotFound")
         status = main_container_status(pod, self.kind)
         terminated = _terminated(status)

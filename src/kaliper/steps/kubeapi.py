@@ -13,7 +13,7 @@ from collections.abc import Generator
 from typing import Any, Final
 
 from kaliper.errors import ExecutionError
-from kaliper.steps.jobobject import GROUP, JOB_NAME_LABEL, VERSION
+from kaliper.jobs.kubeflow import GROUP, JOB_NAME_LABEL, VERSION
 
 REQUEST_TIMEOUT_S: Final = 30.0
 CONNECT_TIMEOUT_S: Final = 10.0

@@ -12,8 +12,14 @@ from kaliper.storage.base import Storage, dump_json
 from kaliper.storage.file import FileStorage
 
 DEFAULT_STORAGE_URL = "file://./kaliper-results"
-SUPPORTED_SCHEMES = ("file://", "s3://")
+FILE_SCHEME = "file://"
+SUPPORTED_SCHEMES = (FILE_SCHEME, "s3://")
 EXPECTED = "file://PATH or s3://BUCKET[/PREFIX]"
+
+
+def file_path(url: str) -> str | None:
+    """The path of a `file://` URL as written (relative or absolute); None for any other URL."""
+    return url[len(FILE_SCHEME) :] if url.startswith(FILE_SCHEME) else None
 
 
 def check_storage_url(url: str) -> str:
@@ -30,7 +36,7 @@ def check_storage_url(url: str) -> str:
 
         parse_s3_url(url)
         return url
-    path = url[len("file://") :]
+    path = file_path(url) or ""
     if not path:
         raise StorageURLError(f"storage URL {url!r} names no path; expected file://PATH")
     if "\x00" in path:
@@ -54,7 +60,16 @@ def open_storage(url: str, defaults: Mapping[str, str] | None = None) -> Storage
         env = dict(os.environ)
         env.update({k: v for k, v in defaults.items() if not env.get(k)})  # set and non-empty wins
         return S3Storage(url, env=env)
-    return FileStorage(Path(url[len("file://") :]).expanduser().absolute(), url)
+    return FileStorage(Path(file_path(url) or "").expanduser().absolute(), url)
 
 
-__all__ = ["DEFAULT_STORAGE_URL", "Storage", "check_storage_url", "dump_json", "layout", "open_storage"]
+__all__ = [
+    "DEFAULT_STORAGE_URL",
+    "FILE_SCHEME",
+    "Storage",
+    "check_storage_url",
+    "dump_json",
+    "file_path",
+    "layout",
+    "open_storage",
+]

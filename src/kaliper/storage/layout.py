@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kaliper.jobs.kubeflow import replica_name
+
 EXPERIMENTS = "experiments"
 
 
@@ -34,7 +36,7 @@ def run_prefix(experiment: str, trial: str, repetition: int) -> str:
 
 
 def record_key(experiment: str, trial: str, repetition: int, replica_type: str, index: int) -> str:
-    return f"{run_prefix(experiment, trial, repetition)}/{replica_type.lower()}-{index}.json"
+    return f"{run_prefix(experiment, trial, repetition)}/{replica_name(replica_type, index)}.json"
 
 
 def launch_key(experiment: str, trial: str, repetition: int) -> str:

@@ -32,13 +32,14 @@ from minio import Minio
 from minio.error import MinioException, S3Error
 
 from kaliper.errors import NotFoundError, ObjectExistsError, StorageError, StorageURLError
+from kaliper.jobs import env as env_names
 from kaliper.storage.base import Storage, check_key
 from kaliper.storage.retry import RetryPolicy, describe, with_retries
 
 T = TypeVar("T")
 
-ENDPOINT_ENV = "KALIPER_S3_ENDPOINT"
-ENDPOINT_FALLBACK_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+ENDPOINT_ENV = env_names.S3_ENDPOINT
+ENDPOINT_FALLBACK_ENVS = env_names.S3_ENDPOINT_FALLBACKS
 DEFAULT_ENDPOINT = "https://s3.amazonaws.com"
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
@@ -134,7 +135,7 @@ class S3Storage(Storage):
         if self._client is None:
             self.endpoint = endpoint_from_env(env)
             host, secure = parse_endpoint(self.endpoint)
-            access, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
+            access, secret = env.get(env_names.ACCESS_KEY_ID), env.get(env_names.SECRET_ACCESS_KEY)
             if bool(access) != bool(secret):
                 raise StorageError(
                     "set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or neither, for anonymous "
@@ -151,9 +152,9 @@ class S3Storage(Storage):
                 host,
                 access_key=access or None,
                 secret_key=secret or None,
-                session_token=env.get("AWS_SESSION_TOKEN") or None,
+                session_token=env.get(env_names.SESSION_TOKEN) or None,
                 secure=secure,
-                region=env.get("AWS_REGION") or None,
+                region=env.get(env_names.REGION) or None,
                 http_client=http,
             )
         return self._client, self._retry

@@ -14,6 +14,7 @@ from kaliper.configurator.podenv import EnvVar, step_env
 from kaliper.errors import SpecError
 from kaliper.spec import LoadedSpec
 from kaliper.spec.services import S3Spec
+from kaliper.storage import file_path
 
 # Where the configure step writes its outputs inside its pod (an emptyDir-free path every image has).
 OUTPUT_DIR: Final = "/tmp/kaliper"
@@ -107,7 +108,7 @@ def cluster_plan(loaded: LoadedSpec) -> ClusterPlan:
             "build an image with the template and use it as a built-in one"
         )
     storage = spec.workflow.storage or _cluster_storage(spec.storage)
-    mount = storage[len("file://") :] if storage.startswith("file://") else None
+    mount = file_path(storage)
     job_timeout = math.ceil(spec.job.timeout)
     return ClusterPlan(
         template_name=f"kaliper-{spec.name}",
@@ -134,7 +135,8 @@ def cluster_plan(loaded: LoadedSpec) -> ClusterPlan:
 
 def _cluster_storage(url: str) -> str:
     """A relative file:// path means "this machine": inside a cluster that becomes the default PVC path."""
-    if url.startswith("file://") and not url[len("file://") :].startswith("/"):
+    path = file_path(url)
+    if path is not None and not path.startswith("/"):
         return CLUSTER_STORAGE_DEFAULT
     return url
 

@@ -1,16 +1,14 @@
 """What a job container runs (`kaliper workload NAME`): measure, build the record, store it.
 
-Identity and destination come from the environment the rendered manifest sets (KALIPER_EXPERIMENT,
-KALIPER_TRIAL, KALIPER_REPETITION, KALIPER_REPLICA_TYPE/INDEX, KALIPER_STORAGE), so the same command
-works in a Kubernetes pod and in a local process. Without KALIPER_STORAGE the record goes to stdout.
+Identity and destination come from the environment the rendered manifest sets (the record protocol,
+kaliper.results.protocol), so the same command works in a Kubernetes pod and in a local process.
+Without KALIPER_STORAGE the record goes to stdout.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,60 +16,23 @@ import numpy as np
 
 from kaliper import __version__
 from kaliper.analysis.statistics import median_ci, relative_ci_width
-from kaliper.errors import KaliperError, StorageError
+from kaliper.errors import KaliperError
+from kaliper.jobs.kubeflow import replica_name
 from kaliper.monitoring.push import start_live_push
+from kaliper.results.protocol import RunIdentity, failure_record, store_record
 from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import (
     Metric,
     MetricSummary,
-    RecordIds,
     ResultRecord,
     Samples,
     SamplingOutcome,
     Timestamps,
     WorkloadInfo,
 )
-from kaliper.storage import layout, open_storage
 from kaliper.workloads.catalog import get_workload
 from kaliper.workloads.measurement import Measurement, MetricDef
 from kaliper.workloads.sampling import SamplingRule, observe_samples
-
-CANONICAL_REPLICA = {t.lower(): t for t in ("Master", "Worker", "Chief", "PS", "Evaluator")}
-RESULT_LINE_PREFIX = "KALIPER_RESULT "
-
-
-@dataclass(frozen=True)
-class RunIdentity:
-    experiment: str
-    trial: str
-    repetition: int
-    replica_type: str
-    replica_index: int
-    storage: str | None
-    image: str | None
-
-    @classmethod
-    def from_env(cls) -> RunIdentity:
-        env = os.environ
-        rtype = env.get("KALIPER_REPLICA_TYPE", "Master")
-        return cls(
-            experiment=env.get("KALIPER_EXPERIMENT", "adhoc"),
-            trial=env.get("KALIPER_TRIAL", "adhoc"),
-            repetition=int(env.get("KALIPER_REPETITION", "0")),
-            replica_type=CANONICAL_REPLICA.get(rtype.lower(), rtype),
-            replica_index=int(env.get("KALIPER_REPLICA_INDEX", "0")),
-            storage=env.get("KALIPER_STORAGE") or None,
-            image=env.get("KALIPER_IMAGE") or None,
-        )
-
-    def ids(self) -> RecordIds:
-        return RecordIds(
-            experiment=self.experiment,
-            trial=self.trial,
-            repetition=self.repetition,
-            replica_type=self.replica_type,
-            replica_index=self.replica_index,
-        )
 
 
 def summarise(values: list[float], confidence: float) -> MetricSummary:
@@ -145,55 +106,13 @@ def build_record(
     )
 
 
-def failure_record(
-    identity: RunIdentity,
-    workload: str,
-    framework: str | None,
-    params: dict[str, Any],
-    status: str,
-    error: str,
-    started: datetime,
-    recorded_by: str = "workload",
-) -> ResultRecord:
-    """A record for a run that measured nothing: the failure and its reason are results too."""
-    return ResultRecord(
-        ids=identity.ids(),
-        workload=WorkloadInfo(name=workload, framework=framework, version=f"kaliper {__version__}"),
-        params=params,
-        status=status,
-        error=error,
-        recorded_by=recorded_by,
-        timestamps=Timestamps(started=started, finished=datetime.now(UTC)),
-        stack=capture_stack(identity.image),
-        hardware=capture_hardware(),
-    )
-
-
-def store_record(record: ResultRecord, storage_url: str | None) -> str:
-    """Write the record whole; on failure print it as one `KALIPER_RESULT` line so it is never lost."""
-    data = record.to_json_bytes()
-    if storage_url is None:
-        sys.stdout.write(data.decode())
-        return "stdout"
-    ids = record.ids
-    key = layout.record_key(ids.experiment, ids.trial, ids.repetition, ids.replica_type, ids.replica_index)
-    storage = open_storage(storage_url)
-    try:
-        storage.put(key, data)
-    except StorageError:
-        sys.stdout.write(RESULT_LINE_PREFIX + data.decode().replace("\n", "") + "\n")
-        sys.stdout.flush()
-        raise
-    return storage.location(key)
-
-
 def run_workload(name: str, framework: str, raw_params: dict[str, str], rule: SamplingRule) -> int:
     """Measure and store one record; the exit code is 0 when measured (converged or not), 1 on failure."""
     definition = get_workload(name)
     identity = RunIdentity.from_env()
     started = datetime.now(UTC)
     params: dict[str, Any] = dict(raw_params)
-    replica = f"{identity.replica_type.lower()}-{identity.replica_index}"
+    replica = replica_name(identity.replica_type, identity.replica_index)
     pusher = start_live_push(identity.experiment, identity.trial, identity.repetition, replica)
     try:
         params = definition.params.resolve(raw_params, name, "--param")

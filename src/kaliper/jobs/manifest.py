@@ -1,4 +1,4 @@
-"""Facts about rendered TFJob/PyTorchJob manifests that the executors (local and cluster) share."""
+"""Facts about rendered TFJob/PyTorchJob manifests that the configurator and both executors share."""
 
 from __future__ import annotations
 
@@ -6,12 +6,8 @@ import copy
 from typing import Any
 
 from kaliper.errors import TemplateError
-
-REPLICA_SPECS_FIELD = {"PyTorchJob": "pytorchReplicaSpecs", "TFJob": "tfReplicaSpecs"}
-CONTAINER_NAME = {"PyTorchJob": "pytorch", "TFJob": "tensorflow"}
-LABEL_EXPERIMENT = "kaliper.dev/experiment"
-LABEL_TRIAL = "kaliper.dev/trial"
-LABEL_REPETITION = "kaliper.dev/repetition"
+from kaliper.jobs import env
+from kaliper.jobs.kubeflow import LABEL_REPETITION, REPLICA_SPECS_FIELD
 
 
 def replica_specs(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -59,14 +55,6 @@ def check_manifest(manifest: Any, source: str, expected_kind: str) -> dict[str, 
     return manifest
 
 
-def primary_replica(kind: str, counts: dict[str, int]) -> tuple[str, int]:
-    """The replica whose success decides the job's (training operator v1.9 rules)."""
-    for rtype in ("Chief", "Master") if kind == "TFJob" else ("Master",):
-        if counts.get(rtype):
-            return rtype, 0
-    return "Worker", 0
-
-
 def for_repetition(manifest: dict[str, Any], repetition: int) -> dict[str, Any]:
     """The trial's manifest instantiated for one repetition: name suffix, label, KALIPER_REPETITION env.
 
@@ -80,7 +68,7 @@ def for_repetition(manifest: dict[str, Any], repetition: int) -> dict[str, Any]:
         pod = spec.setdefault("template", {})
         pod.setdefault("metadata", {}).setdefault("labels", {})[LABEL_REPETITION] = str(repetition)
         for container in pod.get("spec", {}).get("containers", []):
-            env = [e for e in container.get("env", []) if e.get("name") != "KALIPER_REPETITION"]
-            env.append({"name": "KALIPER_REPETITION", "value": str(repetition)})
-            container["env"] = env
+            variables = [e for e in container.get("env", []) if e.get("name") != env.REPETITION]
+            variables.append({"name": env.REPETITION, "value": str(repetition)})
+            container["env"] = variables
     return job

@@ -1,0 +1,151 @@
+"""summary.json: the report as data (what `kaliper history`, the Pushgateway push and the other formats read).
+
+A pure function of the loaded experiment and its comparisons (no wall-clock time, seeded bootstrap), so
+rerunning the reporter gives a byte-identical file. Its schema is kaliper.results.summary.SummaryDoc.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialMetric, TrialResult, run_medians
+from kaliper.reporter.baseline import ReportComparisons
+from kaliper.reporter.compare import PairedMetric
+from kaliper.reporter.fingerprint import fingerprint, hardware_class
+from kaliper.reporter.verdict_tables import comparisons_summary, verdict_entry
+from kaliper.results.summary import SUMMARY_SCHEMA
+
+CI_METHOD = "hierarchical-bootstrap"
+
+
+def _run_summary(run: RunResult) -> dict[str, Any]:
+    primary = run.primary
+    return {
+        "repetition": run.repetition,
+        "status": run.status,
+        "error": run.error,
+        "converged": primary.converged if primary else None,
+        "n_samples": primary.n_samples if primary else 0,
+        "medians": run_medians(run),
+        "phases": {k: v.isoformat() if v else None for k, v in run.launch.phases.items()}
+        if run.launch
+        else None,
+        "resources": run.resources,
+        # Per metric: the run's spread (IQR, MAD-based jitter = 1.4826·MAD/|median|, CV).
+        "stats": {
+            name: {
+                "ci_low": rs.ci_low,
+                "ci_high": rs.ci_high,
+                "iqr": rs.iqr,
+                "jitter": rs.jitter,
+                "cv": rs.cv,
+            }
+            for name, rs in (run.stats.items() if run.measured else ())
+        },
+    }
+
+
+def _trial_stats(metric: TrialMetric) -> dict[str, Any]:
+    """Variance components and what more effort should go to (Kalibera & Jones), when known."""
+    st = metric.stats
+    if st is None:
+        return {}
+    return {
+        "rel_ci_width": st.rel_ci_width,
+        "within_run_variance": st.within_var,
+        "between_run_variance": st.between_var,
+        "advice": st.advice,
+        "optimal_samples_per_run": st.optimal_samples_per_run,
+    }
+
+
+def _trial_summary(
+    trial: TrialResult, comparisons: ReportComparisons | None, verdicts: dict[tuple[str, str], PairedMetric]
+) -> dict[str, Any]:
+    counts = trial.counts
+    record = trial.first_record
+    return {
+        "trial": trial.doc.id,
+        "params": trial.doc.params,
+        "matrix_point": trial.doc.matrix_point,
+        "stack": trial.doc.stack.model_dump(mode="json"),
+        # What `kaliper history` follows: null when nothing was measured.
+        "fingerprint": fingerprint(trial.doc, record) if record else None,
+        "stack_id": record.stack.id if record else None,
+        "image_digest": record.stack.image_digest if record else None,
+        "hardware": hardware_class(record) if record else None,
+        "status": trial.status,
+        # ok counts every measured run; not_converged is the part of ok that missed the CI target, so
+        # planned = ok + failed + timeout + missing.
+        "repetitions": {
+            "planned": len(trial.runs),
+            "ok": sum(1 for r in trial.runs if r.measured),
+            "not_converged": counts["not_converged"],
+            "failed": counts["failed"],
+            "timeout": counts["timeout"],
+            "missing": counts["missing"],
+        },
+        "metrics": {
+            name: {
+                "unit": m.unit,
+                "direction": m.direction,
+                "formula": m.formula,
+                "median": m.median,
+                "ci_low": m.ci_low,
+                "ci_high": m.ci_high,
+                "ci_level": m.ci_level,
+                "ci_method": CI_METHOD,
+                "n": m.n_runs,
+                "n_samples": m.n_samples,
+                **_trial_stats(m),
+                # The verdict against the baseline experiment's paired trial (null: not compared).
+                "baseline": verdict_entry(comparisons, verdicts[(trial.doc.id, name)])
+                if comparisons and (trial.doc.id, name) in verdicts
+                else None,
+            }
+            for name, m in trial.metrics.items()
+        },
+        "runs": [_run_summary(r) for r in trial.runs],
+    }
+
+
+def _provenance(result: ExperimentResult) -> dict[str, Any]:
+    records = [r for r in result.all_records() if r.recorded_by == "workload"]
+    return {
+        "stack_ids": sorted({r.stack.id for r in records}),
+        "frameworks": sorted(
+            {
+                f"{r.workload.framework} {r.workload.framework_version}"
+                for r in records
+                if r.workload.framework_version
+            }
+        ),
+        "python": sorted({r.stack.python["version"] for r in records}),
+        "cpu_models": sorted({r.hardware.cpu_model or "unknown" for r in records}),
+        "hosts": sorted({r.hardware.hostname for r in records}),
+    }
+
+
+def summary_document(result: ExperimentResult, comparisons: ReportComparisons | None) -> dict[str, Any]:
+    """summary.json (`kaliper.summary/v1`, modelled by kaliper.results.summary.SummaryDoc)."""
+    exp = result.experiment
+    runs = [r for _t, r in result.all_runs()]
+    verdicts = comparisons.baseline_verdicts() if comparisons else {}
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "experiment": exp.id,
+        "spec_name": exp.spec_name,
+        "created": exp.created.isoformat(),
+        "kaliper_version": exp.kaliper_version,
+        "workload": exp.workload,
+        "repetitions": exp.repetitions,
+        "runs": {
+            "planned": len(runs),
+            "succeeded": sum(1 for r in runs if r.measured),
+            "failed": sum(1 for r in runs if r.status in ("failed", "timeout")),
+            "missing": sum(1 for r in runs if r.status == "missing"),
+        },
+        "trials": [_trial_summary(t, comparisons, verdicts) for t in result.trials],
+        "provenance": _provenance(result),
+        "comparisons": comparisons_summary(comparisons) if comparisons else None,
+    }

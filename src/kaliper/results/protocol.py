@@ -1,0 +1,177 @@
+"""The record protocol: how a replica's result reaches storage, and what stands in when none does.
+
+- A replica knows who it is from its environment (`RunIdentity.from_env`, variables in kaliper.jobs.env)
+  and stores one record at `storage.layout.record_key` (`store_record`).
+- When storing fails, the record is printed on stdout as one `KALIPER_RESULT {json}` line (the fallback
+  line), so the reporter can recover it from the replica's captured log (`result_payloads`).
+- A replica of a failed run that stored nothing gets a stand-in record written by its executor (the local
+  executor or the cluster's launch step, in the same way: `stand_in_records`), saying why, so every
+  replica of every run has a record and the reporter reads one shape.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from kaliper import __version__
+from kaliper.errors import StorageError
+from kaliper.jobs import env
+from kaliper.jobs.kubeflow import canonical_replica_type, replica_id, replicas_of, run_status
+from kaliper.results.documents import LaunchDoc, TrialDoc
+from kaliper.results.provenance import capture_hardware, capture_stack
+from kaliper.results.record import RecordIds, ResultRecord, Timestamps, WorkloadInfo
+from kaliper.storage import layout, open_storage
+
+RESULT_LINE_PREFIX: Final = "KALIPER_RESULT "
+# Replica reasons that only repeat the job's failure; any other (OOMKilled, Stopped, ...) is worth saying.
+_PLAIN_FAILURES: Final = ("Error", "StartError")
+RecordedBy = Literal["workload", "executor", "launcher"]
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    experiment: str
+    trial: str
+    repetition: int
+    replica_type: str
+    replica_index: int
+    storage: str | None
+    image: str | None
+
+    @classmethod
+    def from_env(cls) -> RunIdentity:
+        environ = os.environ
+        return cls(
+            experiment=environ.get(env.EXPERIMENT, "adhoc"),
+            trial=environ.get(env.TRIAL, "adhoc"),
+            repetition=int(environ.get(env.REPETITION, "0")),
+            replica_type=canonical_replica_type(environ.get(env.REPLICA_TYPE, "Master")),
+            replica_index=int(environ.get(env.REPLICA_INDEX, "0")),
+            storage=environ.get(env.STORAGE) or None,
+            image=environ.get(env.IMAGE) or None,
+        )
+
+    def ids(self) -> RecordIds:
+        return RecordIds(
+            experiment=self.experiment,
+            trial=self.trial,
+            repetition=self.repetition,
+            replica_type=self.replica_type,
+            replica_index=self.replica_index,
+        )
+
+
+def failure_record(
+    identity: RunIdentity,
+    workload: str,
+    framework: str | None,
+    params: dict[str, Any],
+    status: str,
+    error: str,
+    started: datetime,
+    recorded_by: RecordedBy = "workload",
+) -> ResultRecord:
+    """A record for a run that measured nothing: the failure and its reason are results too.
+
+    Its stack and hardware are those of the process that wrote it (`recorded_by` says which).
+    """
+    return ResultRecord(
+        ids=identity.ids(),
+        workload=WorkloadInfo(name=workload, framework=framework, version=f"kaliper {__version__}"),
+        params=params,
+        status=status,
+        error=error,
+        recorded_by=recorded_by,
+        timestamps=Timestamps(started=started, finished=datetime.now(UTC)),
+        stack=capture_stack(identity.image),
+        hardware=capture_hardware(),
+    )
+
+
+def stand_in_records(
+    launch: LaunchDoc,
+    trial: TrialDoc,
+    workload: Mapping[str, Any],
+    storage_url: str | None,
+    has_record: Callable[[str, int], bool],
+    recorded_by: RecordedBy,
+) -> list[ResultRecord]:
+    """Records for the replicas of a failed run that stored none (`has_record(type, index)` is False).
+
+    The error is the job's failure (`launch.reason: launch.message`), what happened to this replica when
+    that says more, and the failing replica's log tail. The status is `timeout` for a deadline, else
+    `failed`. Nothing for a run that succeeded: a missing record there is the reporter's finding.
+    """
+    if launch.status != "failed":
+        return []
+    seen = {(canonical_replica_type(r.replica_type), r.index): r for r in launch.replicas}
+    created = launch.phases.get("created") or datetime.now(UTC)
+    records = []
+    for rtype, index in replicas_of(trial.job.replicas):
+        if has_record(rtype, index):
+            continue
+        replica = seen.get((rtype, index))
+        error = f"{launch.reason}: {launch.message}"
+        if replica is not None and replica.reason not in _PLAIN_FAILURES:
+            error += f" (this replica: {replica.reason}, exit code {replica.exit_code})"
+        failure = launch.failure
+        if failure is not None and failure.replica == replica_id(rtype, index) and failure.log_tail:
+            error += "\n--- log tail ---\n" + failure.log_tail
+        identity = RunIdentity(
+            launch.experiment, launch.trial, launch.repetition, rtype, index, storage_url, trial.stack.image
+        )
+        started = replica.started if replica is not None and replica.started is not None else created
+        records.append(
+            failure_record(
+                identity,
+                workload.get("name") or "custom",
+                workload.get("framework"),
+                trial.params,
+                run_status(launch.reason),
+                error,
+                started,
+                recorded_by=recorded_by,
+            )
+        )
+    return records
+
+
+def record_key(record: ResultRecord) -> str:
+    ids = record.ids
+    return layout.record_key(ids.experiment, ids.trial, ids.repetition, ids.replica_type, ids.replica_index)
+
+
+def result_line(data: bytes) -> str:
+    """The fallback line: the record's JSON on one line after `KALIPER_RESULT `."""
+    return RESULT_LINE_PREFIX + data.decode().replace("\n", "") + "\n"
+
+
+def result_payloads(log_text: str) -> list[str]:
+    """The JSON of every fallback line in a replica's stdout, in order (the last one is the latest)."""
+    return [
+        line[len(RESULT_LINE_PREFIX) :]
+        for line in log_text.splitlines()
+        if line.startswith(RESULT_LINE_PREFIX)
+    ]
+
+
+def store_record(record: ResultRecord, storage_url: str | None) -> str:
+    """Write the record whole; on failure print it as one `KALIPER_RESULT` line so it is never lost."""
+    data = record.to_json_bytes()
+    if storage_url is None:
+        sys.stdout.write(data.decode())
+        return "stdout"
+    storage = open_storage(storage_url)
+    key = record_key(record)
+    try:
+        storage.put(key, data)
+    except StorageError:
+        sys.stdout.write(result_line(data))
+        sys.stdout.flush()
+        raise
+    return storage.location(key)

@@ -1,0 +1,169 @@
+"""The report's summary.json (`kaliper.summary/v1`) as a model, for the readers of stored reports.
+
+The reporter (kaliper.reporter.outputs) builds the document as plain dicts; `kaliper history` and other
+readers load it here, so a summary of another version, or one with unknown fields, is refused with the
+file named instead of being misread. Timestamps stay the ISO strings the reporter wrote (a datetime
+would come back spelled differently), and parts whose shape belongs to other documents (parameters,
+resources blocks, the comparisons section as `kaliper compare --json` writes it) stay free-form.
+Importing this module loads neither numpy nor scipy: `kaliper history` starts fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+
+from kaliper.analysis.terms import Direction, Verdict
+from kaliper.results.documents import Document, StackRef, load_versioned
+
+SUMMARY_SCHEMA: Final = "kaliper.summary/v1"
+
+RunStatus = Literal["ok", "not_converged", "failed", "timeout", "missing"]
+TrialStatus = Literal["ok", "partial", "failed", "missing"]
+# Keys the reporter writes only when a trial metric has variance components (outputs._trial_stats).
+_TRIAL_STATS: Final = frozenset(
+    {"rel_ci_width", "within_run_variance", "between_run_variance", "advice", "optimal_samples_per_run"}
+)
+
+
+class RunCounts(Document):
+    """The experiment's runs by outcome: failed counts timeouts too."""
+
+    planned: int
+    succeeded: int
+    failed: int
+    missing: int
+
+
+class RepetitionCounts(Document):
+    """A trial's runs: planned = ok + failed + timeout + missing; not_converged is part of ok."""
+
+    planned: int
+    ok: int
+    not_converged: int
+    failed: int
+    timeout: int
+    missing: int
+
+
+class HardwareClass(Document):
+    """What must match for two results to be comparable (kaliper.reporter.fingerprint.hardware_class)."""
+
+    cpu_model: str | None
+    arch: str
+    logical_cores: int | None
+    gpus: list[str]
+
+
+class BaselineVerdict(Document):
+    """One trial metric against the baseline experiment's paired trial."""
+
+    experiment: str
+    trial: str
+    verdict: Verdict
+    ratio: float = Field(description="> 1 means this experiment is better")
+    ci_low: float
+    ci_high: float
+    p_adjusted: float | None
+
+
+class TrialMetricSummary(Document):
+    """A trial's headline figure: median of the run medians with its hierarchical bootstrap CI."""
+
+    unit: str
+    direction: Direction
+    formula: str | None
+    median: float
+    ci_low: float
+    ci_high: float
+    ci_level: float
+    ci_method: str
+    n: int = Field(description="measured runs")
+    n_samples: int
+    # Variance components and the Kalibera & Jones advice: absent when the reporter had none.
+    rel_ci_width: float | None = None
+    within_run_variance: float | None = None
+    between_run_variance: float | None = None
+    advice: str | None = None
+    optimal_samples_per_run: int | None = None
+    baseline: BaselineVerdict | None = Field(description="null: not compared with a baseline")
+
+    @model_serializer(mode="wrap")
+    def _keep_absent_stats_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Dump the variance keys only when the document had them, so a summary round-trips unchanged."""
+        data: dict[str, Any] = handler(self)
+        for key in _TRIAL_STATS - self.model_fields_set:
+            data.pop(key, None)
+        return data
+
+
+class RunStat(Document):
+    """One run's spread on one metric: median CI, IQR, jitter (1.4826·MAD/|median|), CV."""
+
+    ci_low: float | None
+    ci_high: float | None
+    iqr: float
+    jitter: float | None
+    cv: float | None
+
+
+class RunSummary(Document):
+    repetition: int
+    status: RunStatus
+    error: str | None
+    converged: bool | None
+    n_samples: int
+    medians: dict[str, float] = Field(description="the primary record's median per metric; {}: not measured")
+    phases: dict[str, str | None] | None = Field(description="ISO 8601 times; null: no launch.json")
+    resources: dict[str, Any] | None = Field(description="the run's resources block; null: none")
+    stats: dict[str, RunStat]
+
+
+class TrialSummary(Document):
+    trial: str
+    params: dict[str, Any]
+    matrix_point: dict[str, Any]
+    stack: StackRef
+    # What `kaliper history` follows; these four are null when nothing in the trial was measured.
+    fingerprint: str | None
+    stack_id: str | None
+    image_digest: str | None
+    hardware: HardwareClass | None
+    status: TrialStatus
+    repetitions: RepetitionCounts
+    metrics: dict[str, TrialMetricSummary]
+    runs: list[RunSummary]
+
+
+class Provenance(Document):
+    """What the measured records ran on, each list sorted and without repeats."""
+
+    stack_ids: list[str]
+    frameworks: list[str]
+    python: list[str]
+    cpu_models: list[str]
+    hosts: list[str]
+
+
+class SummaryDoc(Document):
+    """One experiment's report: its trials, runs and metrics, and the comparisons made."""
+
+    schema_: Literal["kaliper.summary/v1"] = Field(SUMMARY_SCHEMA, alias="schema")
+    experiment: str
+    spec_name: str
+    created: str = Field(description="ISO 8601, as the experiment document has it")
+    kaliper_version: str
+    workload: dict[str, Any]
+    repetitions: int
+    runs: RunCounts
+    trials: list[TrialSummary]
+    provenance: Provenance
+    comparisons: dict[str, Any] | None = Field(
+        description="settings, baseline and compare documents; null: no comparison was attempted"
+    )
+
+
+def load_summary(data: bytes | str | dict[str, Any], source: str) -> SummaryDoc:
+    """A stored summary.json; another schema version or an unknown field is refused naming `source`."""
+    return load_versioned(SummaryDoc, SUMMARY_SCHEMA, data, source)

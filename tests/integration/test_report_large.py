@@ -37,8 +37,8 @@ def test_loading_with_workers_gives_the_same_report(tmp_path: Path) -> None:
     serial = load_experiment(storage, exp, workers=1)
     parallel = load_experiment(storage, exp, workers=2)  # 7 trials in chunks of 1 over 2 processes
     assert [t.doc.id for t in parallel.trials] == [t.doc.id for t in serial.trials]
-    assert summary_document(parallel, None) == summary_document(serial, None)
     comparisons = ReportComparisons(ReportSpec())
+    assert summary_document(parallel, comparisons) == summary_document(serial, comparisons)
     reports = [Report(r, comparisons, summary_document(r, comparisons)) for r in (parallel, serial)]
     assert reports[0].summary == reports[1].summary
     assert results_csv(reports[0]) == results_csv(reports[1])

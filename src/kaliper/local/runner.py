@@ -25,7 +25,7 @@ from kaliper.local.executor import JobResult, LocalExecutor, ReplicaProcess
 from kaliper.monitoring.sampler import LocalSampler
 from kaliper.monitoring.settings import prometheus_url, pushgateway_url
 from kaliper.results.documents import FailureInfo, LaunchDoc, ReplicaLaunch, to_document
-from kaliper.results.protocol import record_key, stand_in_records
+from kaliper.results.protocol import store_stand_ins
 from kaliper.results.record import load_record
 from kaliper.results.resources import store_resources
 from kaliper.storage import Storage, layout
@@ -85,7 +85,7 @@ def run_one(storage: Storage, plan: ExperimentPlan, trial: TrialPlan, repetition
                 storage.put(layout.log_key(experiment, trial.doc.id, repetition, replica, stream), data)
             tails[proc.key] = _tail(proc.stderr)
     launch = _launch_doc(plan, trial, repetition, result, tails)
-    _store_stand_ins(storage, plan, trial, launch)
+    store_stand_ins(storage, launch, trial.doc, plan.experiment.workload, plan.experiment.storage, "executor")
     if prometheus_url(plan.experiment) is None:
         # With Prometheus, the reporter asks it for the run's window; without, this sampling is all there
         # is: over the measurement's window when the primary replica stored its record, else the job's.
@@ -183,16 +183,3 @@ def _launch_doc(
         failure=failure,
         network=result.network,
     )
-
-
-def _store_stand_ins(storage: Storage, plan: ExperimentPlan, trial: TrialPlan, launch: LaunchDoc) -> None:
-    """Every replica of a failed run that wrote no record gets one saying why, so no run goes missing."""
-    experiment, rep = plan.experiment.id, launch.repetition
-
-    def has_record(rtype: str, index: int) -> bool:
-        return storage.exists(layout.record_key(experiment, trial.doc.id, rep, rtype, index))
-
-    for record in stand_in_records(
-        launch, trial.doc, plan.experiment.workload, plan.experiment.storage, has_record, "executor"
-    ):
-        storage.put(record_key(record), record.to_json_bytes())

@@ -231,10 +231,7 @@ def _scaling(result: ExperimentResult, metric_names: list[str], units: dict[str,
 def _comparisons(comparisons: ReportComparisons) -> list[str]:
     """Against the baseline, then stack against stack (kaliper.reporter.baseline), with CIs and verdicts."""
     out = ['<h2 id="comparison">Comparisons</h2>']
-    found = sections(comparisons)
-    if not found:
-        out.append('<p class="note">Nothing was compared (no baseline looked up).</p>')
-    for section in found:
+    for section in sections(comparisons):
         out.append(f"<h3>{esc(section.title)}</h3>")
         if section.note:
             out.append(f'<p class="note">{esc(section.note)}</p>')

@@ -60,7 +60,7 @@ def _trial_stats(metric: TrialMetric) -> dict[str, Any]:
 
 
 def _trial_summary(
-    trial: TrialResult, comparisons: ReportComparisons | None, verdicts: dict[tuple[str, str], PairedMetric]
+    trial: TrialResult, comparisons: ReportComparisons, verdicts: dict[tuple[str, str], PairedMetric]
 ) -> dict[str, Any]:
     counts = trial.counts
     record = trial.first_record
@@ -100,7 +100,7 @@ def _trial_summary(
                 **_trial_stats(m),
                 # The verdict against the baseline experiment's paired trial (null: not compared).
                 "baseline": verdict_entry(comparisons, verdicts[(trial.doc.id, name)])
-                if comparisons and (trial.doc.id, name) in verdicts
+                if (trial.doc.id, name) in verdicts
                 else None,
             }
             for name, m in trial.metrics.items()
@@ -126,11 +126,11 @@ def _provenance(result: ExperimentResult) -> dict[str, Any]:
     }
 
 
-def summary_document(result: ExperimentResult, comparisons: ReportComparisons | None) -> dict[str, Any]:
+def summary_document(result: ExperimentResult, comparisons: ReportComparisons) -> dict[str, Any]:
     """summary.json (`kaliper.summary/v1`, modelled by kaliper.results.summary.SummaryDoc)."""
     exp = result.experiment
     runs = [r for _t, r in result.all_runs()]
-    verdicts = comparisons.baseline_verdicts() if comparisons else {}
+    verdicts = comparisons.baseline_verdicts()
     return {
         "schema": SUMMARY_SCHEMA,
         "experiment": exp.id,
@@ -147,5 +147,5 @@ def summary_document(result: ExperimentResult, comparisons: ReportComparisons | 
         },
         "trials": [_trial_summary(t, comparisons, verdicts) for t in result.trials],
         "provenance": _provenance(result),
-        "comparisons": comparisons_summary(comparisons) if comparisons else None,
+        "comparisons": comparisons_summary(comparisons),
     }

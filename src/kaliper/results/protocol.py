@@ -25,7 +25,7 @@ from kaliper.jobs.kubeflow import canonical_replica_type, replica_id, replicas_o
 from kaliper.results.documents import LaunchDoc, TrialDoc
 from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import RecordIds, ResultRecord, Timestamps, WorkloadInfo
-from kaliper.storage import layout, open_storage
+from kaliper.storage import Storage, layout, open_storage
 
 RESULT_LINE_PREFIX: Final = "KALIPER_RESULT "
 # Replica reasons that only repeat the job's failure; any other (OOMKilled, Stopped, ...) is worth saying.
@@ -139,6 +139,23 @@ def stand_in_records(
             )
         )
     return records
+
+
+def store_stand_ins(
+    storage: Storage,
+    launch: LaunchDoc,
+    trial: TrialDoc,
+    workload: Mapping[str, Any],
+    storage_url: str | None,
+    recorded_by: RecordedBy,
+) -> None:
+    """Store `stand_in_records` for the replicas of `launch`'s run that have no record in `storage`."""
+
+    def has_record(rtype: str, index: int) -> bool:
+        return storage.exists(layout.record_key(launch.experiment, trial.id, launch.repetition, rtype, index))
+
+    for record in stand_in_records(launch, trial, workload, storage_url, has_record, recorded_by):
+        storage.put(record_key(record), record.to_json_bytes())
 
 
 def record_key(record: ResultRecord) -> str:

@@ -24,7 +24,7 @@ from kaliper.configurator import read_experiment, read_job, read_trial
 from kaliper.errors import ExecutionError
 from kaliper.jobs.kubeflow import CONTAINER_NAME
 from kaliper.results.documents import LAUNCH_SCHEMA, FailureInfo, LaunchDoc, load_versioned, to_document
-from kaliper.results.protocol import record_key, stand_in_records
+from kaliper.results.protocol import store_stand_ins
 from kaliper.steps.jobobject import ownership_problem, plural_of, prepare_job, resolve_namespace
 from kaliper.steps.jobstate import JobState, PodView, job_state, main_container_status, parse_time
 from kaliper.steps.kubeapi import JobApi, KubeApiError
@@ -105,22 +105,13 @@ def launch_run(
     state = _wait(watched, deadline, timeout_s)
     watched.observe_pods()
     doc = _launch_doc(watched, body, created, state, experiment, trial, repetition)
-    _store_stand_ins(storage, doc)  # before launch.json, which marks the run as done for a retried step
+    if doc.status == "failed":  # stand-ins before launch.json, which marks the run as done for a retry
+        exp = read_experiment(storage, experiment)
+        store_stand_ins(
+            storage, doc, read_trial(storage, experiment, trial), exp.workload, exp.storage, "launcher"
+        )
     storage.put_json(key, to_document(doc))
     return doc
-
-
-def _store_stand_ins(storage: Storage, launch: LaunchDoc) -> None:
-    """A stand-in record for each replica of a failed run that stored none (as the local executor does)."""
-    experiment, trial, rep = launch.experiment, launch.trial, launch.repetition
-
-    def has_record(rtype: str, index: int) -> bool:
-        return storage.exists(layout.record_key(experiment, trial, rep, rtype, index))
-
-    exp = read_experiment(storage, experiment)
-    doc = read_trial(storage, experiment, trial)
-    for record in stand_in_records(launch, doc, exp.workload, exp.storage, has_record, "launcher"):
-        storage.put(record_key(record), record.to_json_bytes())
 
 
 def _create_or_adopt(

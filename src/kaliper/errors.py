@@ -7,11 +7,61 @@ Each class carries the exit code the CLI uses, so a caller (a CI job, an Argo st
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Mapping
+
+# Credentials in URLs: everything between the scheme and the last '@' before a space or quote (AWS
+# secret keys contain '/', so stopping at the first '/' would echo half of one).
+_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^@\s'\"<>]*@")
+_SECRET_WORDS = r"(?:token|secret|passw(?:or)?d|pwd|api[_-]?key|access[_-]?key|private[_-]?key|credential|signature|auth)"
+# ...?private_token=X&X-Amz-Signature=Y: the value of any query parameter whose name says secret.
+_QUERY_SECRET = re.compile(rf"([?&;][^=&\s'\"]*{_SECRET_WORDS}[^=&\s'\"]*=)[^&\s'\"<>]+", re.IGNORECASE)
+# NAME=value / NAME: value in free text (log tails, error messages) where NAME says secret.
+_ASSIGNED_SECRET = re.compile(
+    rf"\b([A-Za-z0-9_]*{_SECRET_WORDS}[A-Za-z0-9_]*)(\s*[=:]\s*)(?!\*\*\*)[^\s'\",;&]+", re.IGNORECASE
+)
+_SECRET_NAME = re.compile(rf"{_SECRET_WORDS}|^TF_VAR_|_KEY$|^AWS_SESSION|^NCCL_IB_AUTH", re.IGNORECASE)
+_MIN_SECRET_VALUE = 6
+REDACTED = "***"
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential (`*_TOKEN`, `TF_VAR_*`, ...)."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def _environment_secrets(environ: Mapping[str, str]) -> list[str]:
+    values = {v for k, v in environ.items() if is_secret_name(k) and len(v) >= _MIN_SECRET_VALUE}
+    return sorted(values, key=len, reverse=True)
+
+
+def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """`text` with credentials replaced by `***`: URL user-info, secret query parameters, `NAME=value`
+    where NAME says secret, and the literal value of every secret-named variable in the environment.
+
+    Errors, records and reports all pass through this, so a secret is never echoed whatever its shape.
+    """
+    if not text:
+        return text
+    text = _URL_USERINFO.sub(rf"\1{REDACTED}@", text)
+    text = _QUERY_SECRET.sub(rf"\1{REDACTED}", text)
+    text = _ASSIGNED_SECRET.sub(rf"\1\2{REDACTED}", text)
+    for value in _environment_secrets(os.environ if environ is None else environ):
+        text = text.replace(value, REDACTED)
+    return text
+
 
 class KaliperError(Exception):
-    """Base class: anything Kaliper reports to a user as `error: ...`."""
+    """Base class: anything Kaliper reports to a user as `error: ...`.
+
+    Messages are redacted when the error is made, so no caller can echo a credential by accident.
+    """
 
     exit_code = 1
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class InputError(KaliperError):

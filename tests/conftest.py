@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 SHARED_SCHEMAS = REPO.parent / "shared" / "schemas"
 REQUIRE_SERVICES = os.environ.get("KALIPER_REQUIRE_SERVICES") == "1"
+# Local runs journal what they write in a spool (kaliper.storage.spool): keep the tests' out of ~/.cache.
+os.environ.setdefault("KALIPER_SPOOL_DIR", tempfile.mkdtemp(prefix="kaliper-test-spool-"))
 
 
 def skip_or_fail(reason: str) -> None:

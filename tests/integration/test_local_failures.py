@@ -269,7 +269,16 @@ def test_report_rerun_is_byte_identical(crash_run: dict[str, Any]) -> None:
         "report", "no-such-experiment", "--storage", f"file://{crash_run['store']}", cwd=crash_run["tmp"]
     )
     assert missing.returncode == 2
-    assert "not found" in missing.stderr
+    assert "is not an experiment id" in missing.stderr
+    unknown = run_cli(
+        "report",
+        "crash-20200101T000000Z-0000",
+        "--storage",
+        f"file://{crash_run['store']}",
+        cwd=crash_run["tmp"],
+    )
+    assert unknown.returncode == 2, unknown.stderr
+    assert "Traceback" not in unknown.stderr and unknown.stderr.startswith("error: "), unknown.stderr
 
 
 # ---------------------------------------------------------------------------------------------- b) deadline

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,11 @@ def assert_kaliper_invariants(
 def plan_for(
     text: str, base_dir: Path, experiment: str = "exp-x"
 ) -> tuple[LoadedSpec, list[tuple[str, dict[str, Any]]]]:
+    # Templates must lie in the spec's directory: a spec naming the built-in TFJob template gets a copy.
+    for path in BUILTIN_TEMPLATES.values():
+        text = text.replace(f"'{path}'", f"{path.name}")
+        if path.name in text:
+            shutil.copy(path, base_dir / path.name)
     loaded = spec_from_text(text, "spec.yaml", base_dir)
     plan = configure(loaded, experiment_id=experiment)
     return loaded, [(t.doc.id, t.manifest) for t in plan.trials]

@@ -145,6 +145,7 @@ def test_shape_configure_fan_out_launch_and_report_on_exit() -> None:
         "experiment": "{{steps.configure.outputs.parameters.experiment}}",
         "trial": "{{item.trial}}",
         "repetition": "{{item.repetition}}",
+        "sha256": "{{item.sha256}}",
     }
     # the trial list is made at run time, never inlined
     assert "t000" not in yaml.safe_dump(spec["templates"])
@@ -158,6 +159,7 @@ def test_shape_configure_fan_out_launch_and_report_on_exit() -> None:
         "{{inputs.parameters.experiment}}",
         "{{inputs.parameters.trial}}",
         "{{inputs.parameters.repetition}}",
+        "{{inputs.parameters.sha256}}",
     )
     assert argv["launch"] == launch_argv(plan, ARGO, *inputs)
     assert argv["report"] == report_argv(ARGO)

@@ -25,8 +25,8 @@ SERVICE_ACCOUNT = "kaliper"
 
 # Everything the steps' service account may do: (apiGroup, resource) -> verbs. Nothing else, no "*".
 ALLOWED_RULES: dict[tuple[str, str], set[str]] = {
-    ("kubeflow.org", "tfjobs"): {"create", "get", "list", "watch", "delete"},
-    ("kubeflow.org", "pytorchjobs"): {"create", "get", "list", "watch", "delete"},
+    ("kubeflow.org", "tfjobs"): {"create", "get", "list", "watch"},  # no delete: launch never deletes
+    ("kubeflow.org", "pytorchjobs"): {"create", "get", "list", "watch"},
     ("", "pods"): {"get", "list"},
     ("", "pods/log"): {"get"},
     ("argoproj.io", "workflowtaskresults"): {"create", "patch"},

@@ -199,7 +199,12 @@ def test_executors_run_the_step_image_and_command_lines_of_plan_py() -> None:
             for a in configure_argv(COMPONENT_INPUTS)
         ],
         "launch": launch_argv(
-            plan, COMPONENT_INPUTS, _input("experiment"), _input("trial"), _input("repetition")
+            plan,
+            COMPONENT_INPUTS,
+            _input("experiment"),
+            _input("trial"),
+            _input("repetition"),
+            _input("sha256"),
         ),
         "report": report_argv(COMPONENT_INPUTS),
     }

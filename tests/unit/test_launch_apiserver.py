@@ -9,6 +9,7 @@ watch decoding and error mapping are the real ones; so are the configurator and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -20,10 +21,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import yaml
 from kubernetes.client import Configuration
 
 from kaliper.configurator import configure, write_plan
-from kaliper.errors import ExecutionError
+from kaliper.configurator.jobcheck import JobExpectations
+from kaliper.errors import ExecutionError, InputError
 from kaliper.results.documents import LaunchDoc, to_document
 from kaliper.results.record import load_record
 from kaliper.spec import spec_from_text
@@ -499,3 +502,46 @@ def test_no_credentials_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     with pytest.raises(ExecutionError, match="no Kubernetes credentials: not in a pod"):
         JobApi.from_environment()
+
+
+def _tamper(storage: Storage, edit: Callable[[dict[str, Any]], None]) -> str:
+    """Rewrite t000's job.yaml as a benchmark pod could (it can write to storage); the digest before."""
+    key = layout.job_key(EXP, "t000")
+    original = storage.get(key)
+    manifest = yaml.safe_load(original)
+    edit(manifest)
+    path = Path(storage.location(key).removeprefix("file://"))
+    path.write_text(yaml.safe_dump(manifest))
+    return hashlib.sha256(original).hexdigest()
+
+
+def _host_path(manifest: dict[str, Any]) -> None:
+    pod = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    pod["volumes"] = [{"name": "root", "hostPath": {"path": "/"}}]
+
+
+def test_a_tampered_job_yaml_is_refused_before_anything_is_created(tmp_path: Path, server: ApiServer) -> None:
+    storage = write_experiment(tmp_path, PYTORCH)
+    digest = _tamper(storage, _host_path)
+    server.script = Script(create=(500, status(500, "InternalError", "must not be reached")))
+    with pytest.raises(InputError, match=f"sha256: expected {digest}.*job.yaml was changed") as raised:
+        launch(storage, server, job_sha256=digest)
+    assert raised.value.exit_code == 2
+    assert server.received("POST", "") == [] and server.requests == []
+    assert not storage.exists(layout.launch_key(EXP, "t000", 0))
+
+
+def test_launch_rechecks_the_manifest_even_without_a_digest(tmp_path: Path, server: ApiServer) -> None:
+    """Defence in depth: no hostPath, no other service account, whatever the digest said."""
+    storage = write_experiment(tmp_path, PYTORCH)
+    _tamper(storage, _host_path)
+    with pytest.raises(
+        InputError, match=r"Worker\.template\.spec\.volumes\[0\]\.hostPath: expected no hostPath"
+    ):
+        launch(storage, server)
+    assert server.requests == []
+    sa = JobExpectations("PyTorchJob", {"Master": 1, "Worker": 1}, service_account=None)
+    _tamper(storage, lambda m: m["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"].update(
+        serviceAccountName="cluster-admin", volumes=[]))  # fmt: skip
+    with pytest.raises(InputError, match=r"serviceAccountName: expected absent .*found 'cluster-admin'"):
+        launch(storage, server, expect=sa)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kaliper.errors import InputError, SchemaVersionError
+from kaliper.errors import InputError, Redactor, SchemaVersionError, is_secret_name, redact, redactor
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.protocol import RunIdentity, failure_record
 from kaliper.results.record import RESULT_SCHEMA, RecordLoader, ResultRecord, load_record
@@ -403,3 +403,87 @@ def test_hardware_class_names_gpu_models_as_provenance_records_them(measured_rec
     assert hardware_class(with_gpu)["gpus"] == ["NVIDIA H100 80GB HBM3"]
     assert hardware_class(with_gpu) != hardware_class(measured_record)  # another GPU, another class
     assert "GPUs: ['NVIDIA H100 80GB HBM3']" in hardware_label(with_gpu)
+
+
+# ---------------------------------------------------------------------------------------------- no secrets
+
+
+def test_the_record_model_redacts_errors_whoever_writes_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_SECRET7-value")
+    identity = RunIdentity("exp-1", "t001", 0, "Master", 0, None, None)
+    tail = "password=SECRET10\nhttps://u:SECRET11@h/x\nprinted hf_SECRET7-value\nmax_tokens=512"
+    record = failure_record(
+        identity,
+        "custom",
+        None,
+        {},
+        "failed",
+        f"exited with code 1\n--- log tail ---\n{tail}",
+        datetime.now(UTC),
+    )
+    assert record.error == (
+        "exited with code 1\n--- log tail ---\npassword=***\nhttps://***@h/x\nprinted ***\nmax_tokens=512"
+    )
+    # A record stored before redaction existed is cleaned when read, and redacting is idempotent.
+    stored = record_dict(record) | {"error": tail}
+    loaded = load_record(stored, "old.json")
+    assert loaded.error is not None and "SECRET" not in loaded.error
+    assert load_record(loaded.to_json_bytes(), "again.json") == loaded
+
+
+def test_the_record_model_redacts_the_stack(measured_record: ResultRecord) -> None:
+    document = record_dict(measured_record)
+    stack = document["stack"]
+    stack["env"] |= {"NCCL_IB_AUTH": "SECRET4-value", "TORCH_HOME": "https://u:SECRET12@h/t"}
+    stack["image"] = "registry.example/img:1?token=SECRET14"
+    stack["framework_build"] = {"config": "built with --password SECRET15 at https://u:SECRET16@ci"}
+    stack["packages"][0] |= {
+        "origin": "https://pypi.example/simple?private_token=SECRET2",
+        "direct_url": {"url": "git+https://u:SECRET17@git.example/r", "vcs_info": {"vcs": "git"}},
+    }
+    loaded = load_record(document, "doctored.json")
+    assert "NCCL_IB_AUTH" not in loaded.stack.env
+    assert loaded.stack.env["TORCH_HOME"] == "https://***@h/t"
+    assert loaded.stack.packages[0].origin == "https://pypi.example/simple?private_token=***"
+    assert loaded.stack.packages[0].direct_url == {
+        "url": "git+https://***@git.example/r",
+        "vcs_info": {"vcs": "git"},
+    }
+    assert "SECRET" not in loaded.to_json_bytes().decode()
+    # RecordLoader validates a stack once and shares it: the shared one is clean too.
+    shared = RecordLoader().load(json.dumps(document).encode(), "doctored.json")
+    assert shared == loaded
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        ("password=SECRET10", "password=***"),
+        ("password: hunter2", "password: ***"),
+        ("https://u:SECRET11@h/x", "https://***@h/x"),
+        ("postgres://u:SECRET9@h/db", "postgres://***@h/db"),
+        ("https://h/simple?private_token=SECRET2&x=1", "https://h/simple?private_token=***&x=1"),
+        ('{"password": "two words"}', '{"password": "***"}'),
+        ("{'api_key': 'SECRET8'}", "{'api_key': '***'}"),
+        ("--password SECRET --token=SECRET", "--password *** --token=***"),
+        ("Authorization: Bearer abcdefghijkl", "Authorization: *** ***"),
+        ("pushed with ghp_abcdefghijklmnopqrstuvwxyz0123", "pushed with ***"),
+        # Prose and counts are not credentials: Kaliper's own messages stay readable.
+        ("no Kubernetes credentials: not in a pod", "no Kubernetes credentials: not in a pod"),
+        ("s3.secret: expected the name of a Secret", "s3.secret: expected the name of a Secret"),
+        ("s3.access_key: unknown field", "s3.access_key: unknown field"),
+        ('import "/x/secret.libsonnet": absolute paths', 'import "/x/secret.libsonnet": absolute paths'),
+        ("max_tokens=512 author=me", "max_tokens=512 author=me"),
+    ],
+)
+def test_redact_shapes(text: str, redacted: str) -> None:
+    assert redact(text, environ={}) == redacted
+    assert redact(redacted, environ={}) == redacted  # idempotent: a record reads back as it was written
+
+
+def test_redact_environment_values_and_cached_redactor() -> None:
+    environ = {"NCCL_IB_AUTH": "SECRET4-nccl", "PWD": "/work/main", "HOME": "/root"}
+    assert redact("auth SECRET4-nccl in /work/main", environ) == "auth *** in /work/main"
+    assert is_secret_name("TF_VAR_region") and is_secret_name("MY_API_KEY") and not is_secret_name("PWD")
+    assert redactor(environ) is redactor(dict(environ))  # unchanged environment: the same Redactor
+    assert Redactor(environ)("SECRET4-nccl") == "***"

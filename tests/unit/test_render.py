@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,9 @@ def test_template_rendering_the_wrong_kind_is_refused_by_configure(tmp_path: Pat
     write(tmp_path / "site.libsonnet", "{ name: 'x' }\n")
     write(tmp_path / "banner.txt", "")
     text = SPEC.replace("  name: pi-matmul\n", "  name: pi-matmul\n  template: job.jsonnet\n")
-    with pytest.raises(TemplateError, match=r"kind must be PyTorchJob \(job.kind\), found 'TFJob'"):
+    with pytest.raises(
+        TemplateError, match=r"\(trial t000\): kind: expected PyTorchJob \(job.kind\), found 'TFJob'"
+    ):
         configure(load(text, tmp_path), experiment_id="bench-x")
 
 
@@ -214,10 +217,10 @@ def sampling_spec(target_rel_ci: float, confidence: float, max_time: float = 4.0
 def test_builtin_templates_render_sampling_args_exactly(tmp_path: Path, kind: str) -> None:
     text = sampling_spec(1 / 3, 0.95, 2.5)
     if kind == "TFJob":
-        # pi-matmul has no tensorflow implementation, so the built-in TFJob template is named explicitly.
-        text = text.replace(
-            "{name: pi-matmul}", f"{{name: pi-matmul, template: '{BUILTIN_TEMPLATES[kind]}'}}"
-        )
+        # pi-matmul has no tensorflow implementation, so the built-in TFJob template is named explicitly
+        # (a copy beside the spec: templates must lie in the spec's directory).
+        shutil.copy(BUILTIN_TEMPLATES[kind], tmp_path / "tfjob.libsonnet")
+        text = text.replace("{name: pi-matmul}", "{name: pi-matmul, template: tfjob.libsonnet}")
         text += "job: {kind: TFJob, replicas: {Worker: 1}, image: 'ghcr.io/kaliper-dev/kaliper-tensorflow:0.1.0'}\n"
     plan = configure(load(text, tmp_path), experiment_id="nums-x")
     (container,) = containers(plan.trials[0].manifest)
@@ -377,8 +380,8 @@ def test_spec_from_text_gates_parameters_before_configure(tmp_path: Path) -> Non
 )
 def test_for_repetition_instantiates_without_mutating(tmp_path: Path, job: str) -> None:
     kind = "TFJob" if "TFJob" in job else "PyTorchJob"
-    template = BUILTIN_TEMPLATES[kind]
-    text = f"name: reps\nworkload: {{name: pi-matmul, template: '{template}'}}\njob: {job}\n"
+    shutil.copy(BUILTIN_TEMPLATES[kind], tmp_path / "job.libsonnet")
+    text = f"name: reps\nworkload: {{name: pi-matmul, template: job.libsonnet}}\njob: {job}\n"
     manifest = configure(load(text, tmp_path), experiment_id="reps-x").trials[0].manifest
     original = copy.deepcopy(manifest)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from html.parser import HTMLParser
 
 from kaliper.reporter.formatting import format_number as num
 from kaliper.reporter.html import SCRIPT, page_shell
@@ -78,6 +79,36 @@ def test_plots_escape_their_labels() -> None:
     ]
     for svg in svgs:
         assert "<script>" not in svg and "&lt;script&gt;" in svg
+
+
+BREAKOUT = 'x" onmouseover="alert(1)" y=\'z\' <svg onload=alert(1)>'
+
+
+class _Attributes(HTMLParser):
+    """Every tag and attribute name a browser would see."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.names += [tag, *(name for name, _value in attrs)]
+
+
+def test_plot_texts_cannot_break_out_of_attributes_or_titles() -> None:
+    """Labels land in SVG text, <title> and (for plot kinds) attributes: quotes are escaped too."""
+    svgs = [
+        distribution_svg(BREAKOUT, BREAKOUT, groups(BREAKOUT)),
+        scaling_svg(
+            BREAKOUT, BREAKOUT, BREAKOUT, {BREAKOUT: [Point(32, 1.0, 0.9, 1.1), Point(64, 2, 1.8, 2.2)]}
+        ),
+        bars_svg(BREAKOUT, BREAKOUT, [(BREAKOUT, 1.0, 2.0)]),
+    ]
+    for svg in svgs:
+        parser = _Attributes()
+        parser.feed(svg)
+        assert not [n for n in parser.names if n.startswith("on")], parser.names
+        assert parser.names.count("svg") == 1  # the plot's own
 
 
 def test_scaling_svg_has_error_bars_per_point_and_a_legend() -> None:

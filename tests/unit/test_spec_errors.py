@@ -304,6 +304,32 @@ CASES = [
         ("s3.access_key: unknown field 'access_key'",),
         run=False,
     ),
+    # refused since the bad-input corpus (tests/unit/test_bad_input_corpus.py has the rest)
+    Case(
+        "duplicate-key",
+        replace("repetitions: 1", "repetitions: 1\nrepetitions: 2"),
+        ("repetitions: expected each key once in a mapping, found 'repetitions' twice",),
+    ),
+    Case(
+        "storage-credentials-with-slash",
+        BASE + f"storage: 's3://AKIAX:{SECRET_MARKER}/FEMI@bucket/p'\n",
+        ("storage: storage URL 's3://***@bucket/p' carries credentials",),
+        run=False,
+    ),
+    Case(
+        "too-many-trials",
+        replace(
+            "[16, 32]",
+            "["
+            + ", ".join(str(i) for i in range(1, 201))
+            + "]\n  calls_per_sample: "
+            + "["
+            + ", ".join(str(i) for i in range(1, 101))
+            + "]",
+        ),
+        ("matrix: expected at most 10,000 trials, found 200 × 100 = 20,000 trials",),
+        run=False,
+    ),
     Case("empty-file", "", ("the file is empty",)),
     Case("whitespace-only-file", "  \n\n   \n", ("the file is empty",)),
     Case("comment-only-file", "# nothing here\n", ("the file holds no YAML document",), run=False),
@@ -327,10 +353,13 @@ CASES = [
     Case(
         "template-import-parent-dir",
         TEMPLATE_BASE,
-        ("import '../secret.libsonnet' resolves to", "jsonnet imports are confined"),
+        # the import root is the spec's directory: a path climbing out of it resolves outside
+        ("resolves to /etc/hostname", "jsonnet imports are confined"),
         files={
-            "secret.libsonnet": SECRET_FILE,
-            TPL: user_template(prelude="local secret = import '../secret.libsonnet';", annotations="secret"),
+            TPL: user_template(
+                prelude="local secret = importstr '../../../../../../../../../../etc/hostname';",
+                annotations="secret",
+            ),
         },
         names=TPL,
         max_lines=JSONNET_LINES,
@@ -351,7 +380,7 @@ CASES = [
     Case(
         "template-wrong-kind",
         TEMPLATE_BASE,
-        ("kind must be PyTorchJob (job.kind), found 'TFJob'",),
+        ("kind: expected PyTorchJob (job.kind), found 'TFJob'",),
         files={TPL: user_template(kind="TFJob")},
         names=TPL,
     ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -45,15 +46,19 @@ def test_configure_writes_the_experiment_and_the_fan_out_list(tmp_path: Path) ->
     done = configure_step(text, url, WORKFLOW, CREATED, runs_out, exp_out)
     assert exp_out.read_text() == done.experiment
     runs = json.loads(runs_out.read_text())
-    # repetition by repetition, like the local runner
+    storage = open_storage(url)
+    digest = {
+        t: hashlib.sha256(storage.get(layout.job_key(done.experiment, t))).hexdigest()
+        for t in ("t000", "t001", "t002")
+    }
+    # repetition by repetition, like the local runner; each with the sha256 of its trial's job.yaml
     assert runs[:4] == [
-        {"trial": "t000", "repetition": 0},
-        {"trial": "t001", "repetition": 0},
-        {"trial": "t002", "repetition": 0},
-        {"trial": "t000", "repetition": 1},
+        {"trial": "t000", "repetition": 0, "sha256": digest["t000"]},
+        {"trial": "t001", "repetition": 0, "sha256": digest["t001"]},
+        {"trial": "t002", "repetition": 0, "sha256": digest["t002"]},
+        {"trial": "t000", "repetition": 1, "sha256": digest["t000"]},
     ]
     assert len(runs) == 9
-    storage = open_storage(url)
     experiment = read_experiment(storage, done.experiment)
     assert experiment.created == datetime(2026, 11, 21, 2, 0, 5, tzinfo=UTC)
     assert experiment.storage == url
@@ -90,7 +95,8 @@ def test_runs_list_of_a_thousand_trial_sweep_stays_small(tmp_path: Path) -> None
     )
     assert len(done.runs) == 3000
     # an Argo output parameter: it lives in the workflow's status, so it must stay well below 1.5 MB
-    assert len((tmp_path / "runs").read_bytes()) < 128_000
+    # (the job.yaml digests take most of it: about 107 bytes a run)
+    assert len((tmp_path / "runs").read_bytes()) < 330_000
 
 
 def test_report_step_finds_the_experiment_from_the_workflow(tmp_path: Path) -> None:

@@ -7,6 +7,9 @@ failed. Nothing here decides anything the parts do not: it puts them in order.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,19 +17,27 @@ from rich.console import Console
 
 from kaliper.configurator import configure, write_plan
 from kaliper.configurator.podenv import REGION_ENV, S3_ENDPOINT_ENV
-from kaliper.errors import InputError
-from kaliper.local.runner import RunOutcome, run_all
+from kaliper.errors import InputError, KaliperError, StorageError
+from kaliper.jobs import env
+from kaliper.local.interrupt import StopRequest
+from kaliper.local.runner import RunOutcome, RunSettings, run_all
 from kaliper.reporter import ReportPaths, write_report
 from kaliper.spec import BenchmarkSpec, LoadedSpec
-from kaliper.storage import FILE_SCHEME, Storage, file_path, open_storage
+from kaliper.storage import FILE_SCHEME, Storage, file_path, layout, open_storage
+from kaliper.storage.spool import Spool, SpoolingStorage, spool_root
 
 
 @dataclass(frozen=True)
 class LocalRunResult:
     experiment_id: str
-    storage: Storage
+    storage: SpoolingStorage
     outcomes: list[RunOutcome]
     report: ReportPaths
+
+    @property
+    def stored(self) -> bool:
+        """Whether everything the run wrote, its report included, is in storage (else in the spool)."""
+        return self.storage.stored(self.experiment_id) and not self.storage.unstored
 
     @property
     def failed(self) -> list[RunOutcome]:
@@ -59,14 +70,113 @@ def _check_local(loaded: LoadedSpec) -> None:
 
 
 def run_spec(
-    loaded: LoadedSpec, storage_url: str | None = None, console: Console | None = None
+    loaded: LoadedSpec,
+    storage_url: str | None = None,
+    console: Console | None = None,
+    stop: StopRequest | None = None,
 ) -> LocalRunResult:
-    """Configure → execute every trial × repetition on this machine → report (a report also when runs fail)."""
+    """Configure → execute every trial × repetition on this machine → report (a report also when runs fail).
+
+    Everything written goes through the local spool (kaliper.storage.spool), so a storage failure in the
+    middle loses nothing: the run goes on, the report is made from what was measured, and the result says
+    whether everything reached storage (`stored`).
+    """
     _check_local(loaded)
     url = absolute_storage_url(storage_url or loaded.spec.storage)
-    storage = open_storage(url, s3_defaults(loaded.spec))
-    plan = configure(loaded, storage_url=url)  # configure
+    storage = open_spooled(url, s3_defaults(loaded.spec))
+    plan = configure(loaded, storage_url=url)  # configure: everything checked before anything is written
+    check_writable(storage.storage)
+    _warn_if_root(loaded)
+    recover_spooled(storage, skip=plan.experiment.id)
     write_plan(plan, storage)
-    outcomes = run_all(storage, plan, console)  # execute
-    report = write_report(storage, plan.experiment.id)  # report
+    settings = RunSettings(should_stop=stop, env={env.SPOOL_DIR: str(spool_root())})
+    outcomes = run_all(storage, plan, console, settings)  # execute
+    report = finish_report(storage, plan.experiment.id)  # report
     return LocalRunResult(plan.experiment.id, storage, outcomes, report)
+
+
+def open_spooled(url: str, defaults: dict[str, str] | None = None) -> SpoolingStorage:
+    """The storage a URL names, with this machine's spool for it (the same for `run` and `report`)."""
+    url = absolute_storage_url(url)
+    return SpoolingStorage(open_storage(url, defaults), Spool(spool_root(), url))
+
+
+def unstored_error(storage: SpoolingStorage, experiment: str) -> StorageError | None:
+    """The error to end with when some of `experiment` is only in the spool; None when all is stored."""
+    if storage.stored(experiment) and not storage.unstored:
+        return None
+    return StorageError(
+        f"storage {storage.url} failed ({storage.last_error or 'objects went missing'}); nothing measured "
+        f"is lost: it is kept in the local spool {storage.spool.dir}. Once storage works again, "
+        f"`kaliper report {experiment} --storage {storage.url}` stores it and writes the report there "
+        "(so does the next `kaliper run` against this storage)"
+    )
+
+
+def finish_report(storage: SpoolingStorage, experiment: str, replace: bool = False) -> ReportPaths:
+    """Sync what the spool holds, write the report, sync again; forget the journal once all is stored.
+
+    While storage stays unusable the report is made from the spool and written there: its paths say so,
+    and `storage.stored(experiment)` stays False.
+    """
+    if not storage.stored(experiment):
+        with contextlib.suppress(KaliperError):
+            storage.sync(experiment)
+    report = write_report(storage, experiment, replace=replace)
+    if not storage.stored(experiment):
+        with contextlib.suppress(KaliperError):
+            storage.sync(experiment)
+    if storage.stored(experiment) and not storage.unstored:
+        storage.spool.drop(experiment)
+    return report
+
+
+def recover_spooled(storage: SpoolingStorage, skip: str | None = None) -> list[str]:
+    """Put experiments an earlier run could not store into storage and report them; those recovered."""
+    recovered = []
+    for experiment in storage.spool.unstored():
+        if experiment == skip:
+            continue
+        try:
+            count = storage.sync(experiment)
+            finish_report(storage, experiment)
+        except KaliperError as exc:
+            print(f"warning: {experiment} stays in the local spool: {exc}", file=sys.stderr)
+            continue
+        print(f"recovered {experiment}: {count} objects from the local spool stored", file=sys.stderr)
+        recovered.append(experiment)
+    return recovered
+
+
+def check_writable(storage: Storage) -> None:
+    """Refuse to start when storage cannot take the first object (nothing run, nothing written).
+
+    A local directory: the nearest existing folder must be writable and not on a read-only mount; S3: the
+    bucket must answer. Failures later in the run are the spool's business.
+    """
+    root = getattr(storage, "root", None)
+    if isinstance(root, Path):
+        folder = root
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        readonly = bool(os.statvfs(folder).f_flag & os.ST_RDONLY) if folder.exists() else False
+        if readonly or not os.access(folder, os.W_OK | os.X_OK):
+            why = "a read-only file system" if readonly else "not writable by this user"
+            raise StorageError(f"storage {storage.url}: {folder} is {why}; nothing was run")
+        return
+    try:
+        storage.exists(layout.EXPERIMENTS)
+    except InputError:
+        raise
+    except KaliperError as exc:
+        raise StorageError(f"storage {storage.url} cannot be used: {exc}; nothing was run") from None
+
+
+def _warn_if_root(loaded: LoadedSpec) -> None:
+    """A custom template names any command, which a local run executes as this user: say it for root."""
+    if loaded.spec.workload.template is not None and hasattr(os, "geteuid") and os.geteuid() == 0:
+        print(
+            f"warning: running {loaded.source}'s job template as root: a spec is code, and its commands "
+            "run with your privileges (run Kaliper as an ordinary user, or in a container)",
+            file=sys.stderr,
+        )

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kaliper.errors import InputError, RunsFailedError
+from kaliper.errors import InputError, Interrupted, RunsFailedError
 
 HEADLINE_METRICS = ("images_per_s_total", "images_per_s", "gflops")
 
@@ -48,15 +48,21 @@ def run(
     ] = False,
 ) -> None:
     """Configure, run every trial × repetition on this machine, and write the report."""
+    from kaliper.errors import StorageURLError
     from kaliper.spec import load_spec
     from kaliper.storage import check_storage_url
 
     if storage is not None:
-        check_storage_url(storage)
+        try:
+            check_storage_url(storage)
+        except StorageURLError as exc:
+            raise StorageURLError(f"--storage: {exc}") from None
     loaded = load_spec(spec)
-    from kaliper.cli.pipeline import run_spec  # after validation: a bad spec is refused fast
+    from kaliper.cli.pipeline import run_spec, unstored_error  # after validation: a bad spec is refused fast
+    from kaliper.local.interrupt import StopRequest
 
-    result = run_spec(loaded, storage)
+    with StopRequest().installed() as stop:
+        result = run_spec(loaded, storage, stop=stop)
     document = result.report.summary_document
     if as_json:
         payload = {
@@ -80,6 +86,15 @@ def run(
         print(f"report: {result.report.markdown}")
         print(f"summary: {result.report.summary}")
         print(f"results: {result.report.csv}")
+    if stop.signum is not None:
+        raise Interrupted(
+            f"interrupted by {stop.name}: the running job was stopped and recorded as failed, "
+            f"{len(result.outcomes)} runs recorded; the report covers them ({result.report.markdown})",
+            stop.signum,
+        )
+    unstored = unstored_error(result.storage, result.experiment_id)
+    if unstored is not None:
+        raise unstored
     if result.failed:
         raise RunsFailedError(
             f"{len(result.failed)} of {len(result.outcomes)} runs failed; the report lists them ({result.report.markdown})"
@@ -119,15 +134,40 @@ def report(
     storage: Annotated[
         str, typer.Option(help="Storage URL holding the experiment.")
     ] = "file://./kaliper-results",
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="Rewrite a stored report that differs (e.g. one written by an older Kaliper); the old files "
+            "are kept under report/replaced/<UTC stamp>/.",
+        ),
+    ] = False,
 ) -> None:
-    """(Re)write the report of an experiment from its stored records."""
-    from kaliper.reporter import write_report
-    from kaliper.storage import open_storage
+    """(Re)write the report of an experiment from its stored records.
 
-    paths = write_report(open_storage(storage), experiment)
+    A rerun gives the same bytes and changes nothing; a stored report with other content is refused
+    (exit 2) unless `--replace`.
+    """
+    from kaliper.cli.pipeline import finish_report, open_spooled, unstored_error
+    from kaliper.spec.services import EXPERIMENT_ID
+
+    if not EXPERIMENT_ID.match(experiment):  # before storage is touched: no path games with the id
+        raise InputError(
+            f"{experiment!r} is not an experiment id: expected <name>-<yyyymmddThhmmssZ>-<4 hex>, "
+            "e.g. quickstart-20261121T101500Z-1a2b"
+        )
+    # An unknown experiment: NotFoundError (exit 2) from loading it, before anything is written.
+    # Through this machine's spool: objects a run could not store are stored first (kaliper.storage.spool).
+    spooled = open_spooled(storage)
+    paths = finish_report(spooled, experiment, replace=replace)
+    if paths.replaced:
+        print(f"replaced: the previous report is kept in {paths.replaced}")
     print(f"report: {paths.markdown}")
     print(f"summary: {paths.summary}")
     print(f"results: {paths.csv}")
+    unstored = unstored_error(spooled, experiment)
+    if unstored is not None:
+        raise unstored
 
 
 def register(app: typer.Typer) -> None:

@@ -43,10 +43,15 @@ def step_configure(
 
 @step_app.command("launch")
 def step_launch(
+    spec_text: SpecText,
     storage: Storage,
     experiment: Annotated[str, typer.Option(help="Experiment id (from the configure step).")],
     trial: Annotated[str, typer.Option(help="Trial id, e.g. t000.")],
     repetition: Annotated[int, typer.Option(min=0, help="Repetition number.")],
+    job_sha256: Annotated[
+        str,
+        typer.Option("--job-sha256", help="sha256 of the trial's job.yaml (from the configure step's runs)."),
+    ],
     workflow_name: WorkflowName,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for the job to finish.")],
     workflow_uid: Annotated[
@@ -58,6 +63,8 @@ def step_launch(
     mount_path: Annotated[str | None, typer.Option("--mount-path", help="Where the PVC is mounted.")] = None,
 ) -> None:
     """Create the run's TFJob/PyTorchJob, wait for its Succeeded/Failed condition, record launch.json."""
+    from kaliper.configurator.jobcheck import JobExpectations
+    from kaliper.steps.configure import load_step_spec
     from kaliper.steps.launch import launch_run
     from kaliper.storage import open_storage
 
@@ -73,6 +80,8 @@ def step_launch(
         timeout_s=timeout,
         volume_claim=volume_claim,
         mount_path=mount_path,
+        job_sha256=job_sha256,
+        expect=JobExpectations.of(load_step_spec(spec_text).spec),
     )
     print(f"job: {doc.job_name}: {doc.status} ({doc.reason})")
     if doc.status != "succeeded":

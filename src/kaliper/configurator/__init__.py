@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import yaml
@@ -13,7 +14,7 @@ from kaliper.configurator.experiment import (
     new_experiment_id,
     write_plan,
 )
-from kaliper.errors import NotFoundError, StorageError
+from kaliper.errors import InputError, NotFoundError, StorageError
 from kaliper.results.documents import EXPERIMENT_SCHEMA, TRIAL_SCHEMA, ExperimentDoc, TrialDoc, load_versioned
 from kaliper.storage import Storage, layout
 
@@ -30,9 +31,23 @@ def read_trial(storage: Storage, experiment_id: str, trial_id: str) -> TrialDoc:
     return load_versioned(TrialDoc, TRIAL_SCHEMA, storage.get(key), storage.location(key))
 
 
-def read_job(storage: Storage, experiment_id: str, trial_id: str) -> dict[str, Any]:
+def read_job(
+    storage: Storage, experiment_id: str, trial_id: str, sha256: str | None = None
+) -> dict[str, Any]:
+    """The trial's job.yaml; with `sha256` (from the configure step, which wrote it), only if unchanged.
+
+    Benchmark pods can write to storage, so a job.yaml read back there is trusted only by its digest.
+    """
     key = layout.job_key(experiment_id, trial_id)
-    manifest = yaml.safe_load(storage.get(key))
+    data = storage.get(key)
+    if sha256 is not None:
+        found = hashlib.sha256(data).hexdigest()
+        if found != sha256.strip().lower():
+            raise InputError(
+                f"{storage.location(key)}: sha256: expected {sha256} (what the configure step wrote), found "
+                f"{found}: job.yaml was changed after it was configured; refusing to create the job"
+            )
+    manifest = yaml.safe_load(data)
     if not isinstance(manifest, dict):
         raise StorageError(f"{storage.location(key)}: not a job manifest")
     return manifest

@@ -12,17 +12,19 @@ import math
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from kaliper import __version__
+from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
 from kaliper.configurator.podenv import job_env
-from kaliper.configurator.render import BUILTIN_TEMPLATES, render_template
-from kaliper.errors import TemplateError
+from kaliper.configurator.render import BUILTIN_TEMPLATES, LIBRARY_DIR, TemplateEvaluator
+from kaliper.errors import SpecError, TemplateError
 from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_TRIAL
-from kaliper.jobs.manifest import check_manifest, replica_counts
+from kaliper.jobs.manifest import replica_counts
 from kaliper.results.documents import ExperimentDoc, JobRef, StackRef, TrialDoc, to_document
 from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
 from kaliper.storage import Storage, layout
@@ -33,6 +35,16 @@ from kaliper.workloads import get_workload
 class TrialPlan:
     doc: TrialDoc
     manifest: dict[str, Any]
+
+    @cached_property
+    def job_yaml(self) -> str:
+        """job.yaml as stored (once: dumping YAML is most of the cost of writing a big sweep)."""
+        return dump_manifest(self.manifest)
+
+    @cached_property
+    def job_sha256(self) -> str:
+        """What the launch step checks job.yaml against before creating the job."""
+        return hashlib.sha256(self.job_yaml.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -84,12 +96,12 @@ def configure(
     created = now or datetime.now(UTC)
     experiment_id = experiment_id or new_experiment_id(spec.name, created)
     storage = storage_url or spec.storage
-    template = template_path(loaded)
+    template, roots = template_location(loaded)
     workload = {"name": spec.workload.name or "custom", "framework": spec.workload.framework}
     sampling = spec.sampling.model_dump()
     sampling["max_time_s"] = sampling.pop("max_time")
 
-    trials: list[TrialPlan] = []
+    pending: list[tuple[int, StackSpec, dict[str, Any], dict[str, Any], dict[str, Any]]] = []
     for index, (stack, point) in enumerate(itertools.product(_stacks(spec), matrix_points(spec.matrix))):
         trial_id = f"t{index:03d}"
         params = _trial_params(spec, point)
@@ -116,15 +128,28 @@ def configure(
             "success_policy": spec.job.success_policy,
         }
         arguments = {"run": run, "job": job, "workload": workload, "params": params, "sampling": sampling}
-        manifest = check_manifest(render_template(template, arguments), str(template), spec.job.kind)
-        _check_identity(manifest, str(template), run["name"])
+        pending.append((index, stack, point, params, arguments))
+
+    # One bounded worker renders every trial (kaliper.configurator.render), then every manifest is checked:
+    # all before anything is written.
+    with TemplateEvaluator() as evaluator:
+        rendered = evaluator.render(
+            template, roots, [p[4] for p in pending], [p[4]["run"]["trial"] for p in pending]
+        )
+    expect = JobExpectations.of(spec)
+    trials: list[TrialPlan] = []
+    for (index, stack, point, params, arguments), manifest in zip(pending, rendered, strict=True):
+        run = arguments["run"]
+        problem = manifest_problem(manifest, expect)
+        if problem is not None:
+            raise TemplateError(f"{_describe(loaded, template)} (trial {run['trial']}): {problem}")
         doc = TrialDoc(
             experiment=experiment_id,
-            id=trial_id,
+            id=run["trial"],
             index=index,
             params=params,
             matrix_point=point,
-            stack=StackRef(name=stack.name, image=image, requirements=stack.requirements),
+            stack=StackRef(name=stack.name, image=arguments["job"]["image"], requirements=stack.requirements),
             job=JobRef(kind=spec.job.kind, name=run["name"], replicas=replica_counts(manifest)),
         )
         trials.append(TrialPlan(doc=doc, manifest=manifest))
@@ -151,10 +176,11 @@ def configure(
     return ExperimentPlan(experiment=experiment, trials=trials, spec_text=loaded.text)
 
 
-def _check_identity(manifest: dict[str, Any], source: str, name: str) -> None:
-    metadata = manifest.get("metadata")
-    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str) or not metadata["name"]:
-        raise TemplateError(f"{source}: metadata.name is missing (use run.name, here {name!r})")
+def _describe(loaded: LoadedSpec, template: Path) -> str:
+    """How errors name the template: the spec's `workload.template` and where it led, or the built-in."""
+    if loaded.spec.workload.template is None:
+        return f"{loaded.source}: built-in template {template.name}"
+    return f"{loaded.source}: workload.template {loaded.spec.workload.template!r} ({template})"
 
 
 class _ManifestDumper(yaml.SafeDumper):
@@ -175,15 +201,36 @@ def write_plan(plan: ExperimentPlan, storage: Storage) -> None:
     storage.put(layout.spec_key(exp), plan.spec_text.encode())
     for trial in plan.trials:
         storage.put_json(layout.trial_key(exp, trial.doc.id), to_document(trial.doc))
-        storage.put(layout.job_key(exp, trial.doc.id), dump_manifest(trial.manifest).encode())
+        storage.put(layout.job_key(exp, trial.doc.id), trial.job_yaml.encode())
     # experiment.json last: its presence means the experiment is fully configured.
     storage.put_json(layout.experiment_key(exp), to_document(plan.experiment))
 
 
-def template_path(loaded: LoadedSpec) -> Path:
+def template_location(loaded: LoadedSpec) -> tuple[Path, list[Path]]:
+    """The template to evaluate and its import roots.
+
+    A custom template must be a relative path that, symlinks resolved, lies inside the spec's directory;
+    that directory is then the import root (with Kaliper's library). So neither an absolute path nor a
+    symlink can move the boundary of what a template may read.
+    """
     spec = loaded.spec
-    return (
-        (loaded.base_dir / spec.workload.template)
-        if spec.workload.template
-        else BUILTIN_TEMPLATES[spec.job.kind]
-    )
+    if spec.workload.template is None:
+        return BUILTIN_TEMPLATES[spec.job.kind], [LIBRARY_DIR]
+    given = spec.workload.template
+    root = loaded.base_dir.resolve()
+    where = f"{loaded.source}: workload.template"
+    if Path(given).is_absolute():
+        raise SpecError(f"{where}: expected a path relative to the spec's directory {root}, found {given!r}")
+    resolved = (loaded.base_dir / given).resolve()
+    if not resolved.is_relative_to(root):
+        raise SpecError(
+            f"{where}: expected a file inside the spec's directory {root}, found {given!r} -> {resolved} "
+            "(templates and their imports are confined to the spec's directory; copy the file there)"
+        )
+    if not resolved.is_file():
+        raise SpecError(f"{where}: no such file {str(loaded.base_dir / given)!r}")
+    return resolved, [root]
+
+
+def template_path(loaded: LoadedSpec) -> Path:
+    return template_location(loaded)[0]

@@ -33,3 +33,6 @@ OPTIONAL_CREDENTIALS: Final = (SESSION_TOKEN,)
 PUSHGATEWAY: Final = "KALIPER_PUSHGATEWAY"
 PROMETHEUS: Final = "KALIPER_PROMETHEUS"
 STORAGE_RETRY_PREFIX: Final = "KALIPER_STORAGE_RETR"  # KALIPER_STORAGE_RETRIES, _RETRY_DELAY, ...
+
+# The local spool (storage.spool): where a local run journals what it writes; replicas get it too.
+SPOOL_DIR: Final = "KALIPER_SPOOL_DIR"

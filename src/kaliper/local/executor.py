@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +28,7 @@ from kaliper.jobs import env as env_names
 from kaliper.jobs.kubeflow import CONTAINER_NAME, DEADLINE_EXCEEDED, Replica, pod_name, replicas_of
 from kaliper.jobs.manifest import replica_counts, replica_specs
 from kaliper.local.completion import Condition, job_condition
+from kaliper.local.interrupt import INTERRUPTED
 from kaliper.local.netns import PrivateNetwork, network_mode
 from kaliper.local.operator_env import (
     LOCAL_HOST,
@@ -199,12 +200,18 @@ class LocalExecutor:
         poll_interval: float = 0.05,
         grace_period: float = 5.0,
         on_start: Callable[[ReplicaProcess], None] | None = None,
+        should_stop: Callable[[], int | None] | None = None,
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
         self.logs_dir = logs_dir
         self.poll_interval = poll_interval
         self.grace_period = grace_period
         # Called with each replica right after its process started (the runner's resource sampler).
         self.on_start = on_start
+        # Polled while the job runs: a signal number when `kaliper run` was asked to stop (local.interrupt).
+        self.should_stop = should_stop
+        # Settings of this run for every replica (the local spool), winning over the manifest's env.
+        self.extra_env = dict(extra_env or {})
 
     def run(self, manifest: dict[str, Any]) -> JobResult:
         specs = replica_specs(manifest)
@@ -263,6 +270,8 @@ class LocalExecutor:
                         f"({job.deadline_s}s).",
                     )
                 if condition is None:
+                    condition = self._stop_requested(kind, name)
+                if condition is None:
                     time.sleep(self.poll_interval)
             if condition.type == "Succeeded" and clean_pod_policy(job.manifest) == "None":
                 # The operator leaves a succeeded job's running pods alone under cleanPodPolicy None (the
@@ -275,15 +284,28 @@ class LocalExecutor:
                 while (
                     any(p.process is not None and p.exit_code is None for p in procs)
                     and time.monotonic() < until
+                    and self._stop_requested(kind, name) is None
                 ):
                     time.sleep(self.poll_interval)
                     _poll_exits(procs)
         finally:
             stop_reason = (
-                DEADLINE_EXCEEDED if condition and condition.reason == DEADLINE_EXCEEDED else "Stopped"
+                condition.reason
+                if condition and condition.reason in (DEADLINE_EXCEEDED, INTERRUPTED)
+                else "Stopped"
             )
             self._stop_all(procs, stop_reason)
         return JobResult(name, kind, condition, created, running, datetime.now(UTC), procs, job.network)
+
+    def _stop_requested(self, kind: str, name: str) -> Condition | None:
+        signum = self.should_stop() if self.should_stop is not None else None
+        if signum is None:
+            return None
+        return Condition(
+            "Failed",
+            INTERRUPTED,
+            f"{kind} {name} was stopped before it finished: kaliper run received {signal.Signals(signum).name}",
+        )
 
     def _start(self, proc: ReplicaProcess, job: _Job) -> None:
         kind, manifest, spec = job.kind, job.manifest, job.specs[proc.replica_type]
@@ -297,6 +319,7 @@ class LocalExecutor:
         env.update(container_env(container, proc.pod, job.namespace, pod_labels))
         env.update(injected_env(manifest, job.counts, proc.key, container.get("name", ""), job.ports))
         env.update({k: v for k, v in os.environ.items() if k.startswith(HOST_SETTINGS) and v})
+        env.update(self.extra_env)
         argv = container_argv(container)
         executable = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0], path=env.get("PATH"))
         proc.started = datetime.now(UTC)

@@ -10,7 +10,8 @@ biasing the last one. Configuring before and reporting after is the `run` comman
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -42,28 +43,58 @@ class RunOutcome:
     message: str
 
 
-def run_all(storage: Storage, plan: ExperimentPlan, console: Console | None = None) -> list[RunOutcome]:
-    """Run every repetition of every trial, interleaved, with a progress bar; the outcomes in run order."""
+@dataclass(frozen=True)
+class RunSettings:
+    """How runs are supervised: `should_stop` is polled (local.interrupt), `env` goes to every replica."""
+
+    should_stop: Callable[[], int | None] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def run_all(
+    storage: Storage,
+    plan: ExperimentPlan,
+    console: Console | None = None,
+    settings: RunSettings | None = None,
+) -> list[RunOutcome]:
+    """Run every repetition of every trial, interleaved, with a progress bar; the outcomes in run order.
+
+    When `settings.should_stop` answers a signal, the running job is stopped and recorded as failed and
+    no further run starts: the runs not started are missing from the report.
+    """
     console = console or Console(stderr=True)
+    settings = settings or RunSettings()
     outcomes: list[RunOutcome] = []
     runs = [(rep, trial) for rep in range(plan.experiment.repetitions) for trial in plan.trials]
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(f"{plan.experiment.id}", total=len(runs))
         for rep, trial in runs:
+            if settings.should_stop is not None and settings.should_stop() is not None:
+                progress.console.print(
+                    f"[red]interrupted[/red]: {len(runs) - len(outcomes)} runs not started"
+                )
+                break
             point = ", ".join(f"{k}={v}" for k, v in trial.doc.matrix_point.items()) or trial.doc.stack.name
             progress.update(task, description=f"{trial.doc.id} ({point}) rep {rep}")
-            outcome = run_one(storage, plan, trial, rep)
+            outcome = run_one(storage, plan, trial, rep, settings)
             outcomes.append(outcome)
             if not outcome.succeeded:
                 progress.console.print(f"[red]failed[/red] {trial.doc.id} rep {rep}: {outcome.message}")
             progress.advance(task)
-        progress.update(task, description=f"{plan.experiment.id}: {len(runs)} runs done")
+        progress.update(task, description=f"{plan.experiment.id}: {len(outcomes)} of {len(runs)} runs done")
     return outcomes
 
 
-def run_one(storage: Storage, plan: ExperimentPlan, trial: TrialPlan, repetition: int) -> RunOutcome:
+def run_one(
+    storage: Storage,
+    plan: ExperimentPlan,
+    trial: TrialPlan,
+    repetition: int,
+    settings: RunSettings | None = None,
+) -> RunOutcome:
     """Execute one repetition of one trial and store its logs, launch.json and any failure records."""
+    settings = settings or RunSettings()
     experiment = plan.experiment.id
     manifest = for_repetition(trial.manifest, repetition)
     sampler = _sampler(plan, trial, repetition)
@@ -74,7 +105,10 @@ def run_one(storage: Storage, plan: ExperimentPlan, trial: TrialPlan, repetition
                 sampler.add(proc.process.pid, _replica(proc))
 
         try:
-            result = LocalExecutor(Path(tmp), on_start=follow).run(manifest)
+            executor = LocalExecutor(
+                Path(tmp), on_start=follow, should_stop=settings.should_stop, extra_env=settings.env
+            )
+            result = executor.run(manifest)
         finally:
             block = sampler.stop()
         tails = {}

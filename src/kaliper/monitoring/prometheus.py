@@ -19,7 +19,10 @@ shorter one follows short runs more closely when Prometheus scrapes often.
 Every figure is a range query over [start, end] summarised as mean and max over time, and carries the
 PromQL it came from. All PromQL lives in `QUERIES` (templates) so that the tests can check each with `promtool`.
 Nothing here raises: when Prometheus is unreachable the block says `available: false` and why, and a
-query that fails or finds no series is listed under `missing` with the reason.
+query that fails or finds no series is listed under `missing` with the reason. All the queries of one
+report share one `Budget` (kaliper.monitoring.deadline, `KALIPER_PROMETHEUS_DEADLINE`, default 30 s):
+each request waits at most the time left, and the first connection failure or timeout ends it, so a
+dead Prometheus costs one connection attempt and a hung one at most the deadline, not a timeout per run.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from kaliper.jobs import env
+from kaliper.monitoring.deadline import Budget, prometheus_budget
 from kaliper.monitoring.sampler import LOCAL_NOT_MEASURED
 
 ENV_URL = env.PROMETHEUS
@@ -192,6 +196,13 @@ def _unavailable(reason: str, url: str | None, scope: Scope) -> dict[str, Any]:
     return {"available": False, "source": "prometheus", "scope": scope, "url": url, "reason": reason}
 
 
+def _unreachable(exc: BaseException) -> bool:
+    """Whether a request failed because the server could not be reached or did not answer in time."""
+    import requests
+
+    return isinstance(exc, requests.ConnectionError | requests.Timeout | TimeoutError | ConnectionError)
+
+
 def query_resources(
     start: datetime,
     end: datetime,
@@ -204,29 +215,41 @@ def query_resources(
     namespace: str | None = None,
     rate: str | None = None,
     timeout_s: float = 10.0,
+    budget: Budget | None = None,
 ) -> dict[str, Any]:
     """The `resources` block for one run (all replicas of one repetition) over [start, end].
 
     `url` defaults to `KALIPER_PROMETHEUS`. Never raises: an unreachable Prometheus gives
-    `{"available": False, "reason": ...}`; a failed or empty query lands in `missing`.
+    `{"available": False, "reason": ...}`; a failed or empty query lands in `missing`. `budget` is shared
+    by every run of one report (a fresh one when not given): once it is spent or Prometheus failed to
+    answer, Prometheus is not asked again and the block says why.
     """
     url = url or os.environ.get(ENV_URL) or None
     rate = rate or os.environ.get(ENV_RATE) or DEFAULT_RATE
     if not url:
         return _unavailable(f"no Prometheus configured ({ENV_URL} unset)", None, scope)
+    budget = budget if budget is not None else prometheus_budget()
+    timeout = budget.timeout(timeout_s)
+    if timeout is None:
+        return _unavailable(budget.reason or "", url, scope)  # the same reason for every run: said once
     try:
         from prometheus_api_client import PrometheusConnect
         from urllib3.util.retry import Retry
 
-        # Few, short retries: a Prometheus that is down must not hold the report up for long.
-        retry = Retry(total=2, backoff_factor=0.2, status_forcelist=(502, 503, 504))
+        # No retry on a refused or timed-out connection (the budget decides); a few on 502/503/504.
+        retry = Retry(
+            total=2, connect=0, read=0, status=2, backoff_factor=0.2, status_forcelist=(502, 503, 504)
+        )
         client = PrometheusConnect(
-            url=url, disable_ssl=not url.startswith("https"), retry=retry, timeout=timeout_s
+            url=url, disable_ssl=not url.startswith("https"), retry=retry, timeout=timeout
         )
         if not client.check_prometheus_connection():
+            budget.give_up(f"Prometheus at {url} did not answer")
             return _unavailable(f"Prometheus at {url} did not answer", url, scope)
     except Exception as exc:  # the report must be written without resources
-        return _unavailable(f"Prometheus at {url} unreachable: {type(exc).__name__}: {exc}", url, scope)
+        reason = f"Prometheus at {url} unreachable: {type(exc).__name__}: {exc}"
+        budget.give_up(reason)
+        return _unavailable(reason, url, scope)
     step = _step_seconds(start, end)
     pod_sel = pod_selector(experiment, trial, repetition, namespace)
     sel = pushed_selector(experiment, trial, repetition)
@@ -236,10 +259,18 @@ def query_resources(
         if query.scope != scope:
             continue
         promql = query.render(pod_sel=pod_sel, sel=sel, rate=rate)
+        timeout = budget.timeout(timeout_s)
+        if timeout is None:
+            missing[query.name] = f"not asked: {budget.reason}"
+            continue
         try:
-            result = client.custom_query_range(promql, start_time=start, end_time=end, step=f"{step}s")
+            result = client.custom_query_range(
+                promql, start_time=start, end_time=end, step=f"{step}s", timeout=timeout
+            )
         except Exception as exc:  # one failing query must not hide the others
             missing[query.name] = f"query failed: {type(exc).__name__}: {exc}"
+            if _unreachable(exc):
+                budget.give_up(f"Prometheus at {url} stopped answering: {type(exc).__name__}: {exc}")
             continue
         found = False
         for series in result:
@@ -286,15 +317,18 @@ def query_run(
     trial: str,
     repetition: int,
     executor: str | None,
+    budget: Budget | None = None,
 ) -> dict[str, Any]:
     """Prometheus' answer for one run: cAdvisor/DCGM by pod labels on a cluster, pushed series locally.
 
     A run that ended moments ago may not be scraped yet (the reporter runs right after the last run, and
     scrape intervals are often 30 s): while no figure at all is found and the run ended less than
     `KALIPER_PROMETHEUS_SETTLE_S` (default 30) seconds ago, ask again every second. The answer is stored
-    for good, so an early "no data" must not be taken for the truth.
+    for good, so an early "no data" must not be taken for the truth. The waiting counts against `budget`
+    (the report's, shared by all its runs).
     """
     scope: Scope = "cluster" if executor == "kubernetes" else "local"
+    budget = budget if budget is not None else prometheus_budget()
     settle_until = window[1].timestamp() + settle_seconds()
     while True:
         block = query_resources(
@@ -305,8 +339,9 @@ def query_run(
             repetition=repetition,
             scope=scope,
             url=url,
+            budget=budget,
         )
         no_data = not block.get("available") and block.get("reason") == NO_DATA
-        if not no_data or time.time() >= settle_until:
+        if not no_data or time.time() >= settle_until or budget.left() < 1.5:
             return block
         time.sleep(1.0)

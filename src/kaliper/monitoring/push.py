@@ -21,7 +21,8 @@ series per run. The raw samples live in the result record, not in Prometheus.
 
 Pushing never slows or breaks the measurement: `on_sample` only updates in-memory metrics; a daemon
 thread pushes at most every `KALIPER_PUSHGATEWAY_INTERVAL_S` seconds (default 2) with a short HTTP
-timeout, and a failing push logs one warning and is otherwise ignored. `finish` pushes the final status,
+timeout (2 s), and the first failing push logs one warning and ends the pushing for this replica: a dead
+or hung Pushgateway costs a replica one timeout at most, never one per interval. `finish` pushes the final status,
 waits `KALIPER_PUSHGATEWAY_GRACE_S` seconds (default 2; set it to at least the Prometheus scrape interval
 if the final status must be scraped) and then deletes the group, because the Pushgateway otherwise keeps
 a finished replica's series forever. `KALIPER_PUSHGATEWAY_KEEP=1` keeps the group instead (someone else
@@ -86,6 +87,7 @@ class LivePusher(Pusher):
         self.timeout_s = timeout_s
         self.pushes = 0
         self.failures = 0
+        self.gave_up = False  # after the first failure: a dead or hung gateway is not asked again
         self._warned = False
         self._done = 0
         self._dirty = threading.Event()
@@ -145,8 +147,10 @@ class LivePusher(Pusher):
             self._warn(f"could not delete the Pushgateway group at {self.url}: {exc}")
 
     def push(self) -> bool:
-        """Push the registry once; False (and one warning per pusher) when the gateway fails."""
+        """Push the registry once; False (and one warning per pusher) when the gateway fails or failed."""
         with self._push_lock:
+            if self.gave_up:
+                return False
             try:
                 push_to_gateway(
                     self.url,
@@ -157,14 +161,17 @@ class LivePusher(Pusher):
                 )
             except Exception as exc:  # monitoring must never fail a run
                 self.failures += 1
-                self._warn(f"could not push live metrics to {self.url}: {exc} (further failures silent)")
+                self.gave_up = True
+                self._warn(
+                    f"could not push live metrics to {self.url}: {exc} (not pushing again for this replica)"
+                )
                 return False
             self.pushes += 1
             return True
 
     def _loop(self) -> None:
         self.push()  # status "running" as soon as the replica starts
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(self.interval_s) and not self.gave_up:
             if self._dirty.is_set():
                 self._dirty.clear()
                 self.push()

@@ -140,6 +140,7 @@ class LocalSampler:
         self.started = datetime.now(UTC)
         self.finished: datetime | None = None
         self.pushes = 0
+        self.gave_up = False  # after the first failed push: the gateway is not asked again
         self._warned = False
         self._trees: dict[str, _Tree] = {}
         self._lock = threading.Lock()
@@ -233,10 +234,13 @@ class LocalSampler:
         return {**self.grouping_key, "replica": replica}
 
     def _push_all(self) -> None:
+        """Push every replica's group; the first failure ends the pushing (one warning, one timeout)."""
         assert self.pushgateway is not None
         with self._lock:
             trees = dict(self._trees)
         for replica, tree in trees.items():
+            if self.gave_up:
+                return
             registry = CollectorRegistry()
             registry.register(_TreeCollector(tree))
             try:
@@ -249,13 +253,20 @@ class LocalSampler:
                 )
                 self.pushes += 1
             except Exception as exc:  # monitoring must never fail a run
+                self.gave_up = True
                 self._warn(f"could not push process metrics to {self.pushgateway}: {exc}")
 
     def _delete_groups(self) -> None:
-        """Not a daemon: the last run's groups are still deleted when `kaliper run` is about to exit."""
+        """Not a daemon: the last run's groups are still deleted when `kaliper run` is about to exit.
+
+        Nothing to delete (and no grace to wait) once a push failed; the first failed delete ends it."""
+        if self.gave_up or not self.pushes:
+            return
         time.sleep(self.grace_s)
         assert self.pushgateway is not None
         for replica in list(self._trees):
+            if self.gave_up:
+                return
             try:
                 delete_from_gateway(
                     self.pushgateway,
@@ -264,6 +275,7 @@ class LocalSampler:
                     timeout=self.timeout_s,
                 )
             except Exception as exc:  # monitoring must never fail a run
+                self.gave_up = True
                 self._warn(f"could not delete the process-metrics group at {self.pushgateway}: {exc}")
 
     def _warn(self, message: str) -> None:

@@ -1,15 +1,27 @@
 """The reporter: an experiment's stored documents → one report object → summary.json, results.csv,
-report.md, report.html and the Pushgateway summary push."""
+report.md, report.html and the Pushgateway summary push.
+
+A report is written so that rerunning `kaliper report` is safe: identical inputs give identical bytes,
+which storage accepts as a no-op. A stored report that differs (one written by another Kaliper version)
+is never overwritten silently: the reporter refuses with the file that differs, and `replace=True`
+(`kaliper report --replace`) first keeps the old files under report/replaced/<UTC stamp>/ and then
+rewrites report/ through `Storage.replace`, the one write storage allows on existing objects.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
+from kaliper.errors import InputError
 from kaliper.reporter.html import report_html
 from kaliper.reporter.outputs import report_markdown, results_csv
 from kaliper.reporter.push_summary import push_summary
 from kaliper.reporter.report import Report, build_report
 from kaliper.storage import Storage, dump_json, layout
+
+REPORT_FILES = ("summary.json", "results.csv", "report.md", "report.html")
+STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 
 
 @dataclass(frozen=True)
@@ -18,10 +30,32 @@ class ReportPaths:
     csv: str
     markdown: str
     summary_document: dict[str, object]
+    replaced: str | None = None  # where the report this one replaced is kept (--replace), if any
 
 
-def write_report(storage: Storage, experiment_id: str) -> ReportPaths:
-    """Compute and store the report; identical inputs give identical files, so reruns are safe."""
+class ReportDiffersError(InputError):
+    """A stored report file differs from the one computed now; only `--replace` may rewrite it."""
+
+
+def differing(new: dict[str, bytes], old: dict[str, bytes | None]) -> list[str]:
+    """The report files whose stored bytes (None: not stored) are other than the new ones."""
+    return [name for name, data in new.items() if old.get(name) is not None and old[name] != data]
+
+
+def _stored_report(storage: Storage, experiment_id: str) -> dict[str, bytes | None]:
+    """The report files stored now (every file directly under report/, the replaced ones left out)."""
+    prefix = layout.report_prefix(experiment_id) + "/"
+    names = sorted(k[len(prefix) :] for k in storage.list(prefix) if "/" not in k[len(prefix) :])
+    return {name: storage.get(prefix + name) for name in names}
+
+
+def write_report(storage: Storage, experiment_id: str, replace: bool = False) -> ReportPaths:
+    """Compute and store the report; identical inputs give identical files, so reruns are safe.
+
+    A stored report with other content: ReportDiffersError (exit 2) naming the file, unless `replace`,
+    which keeps the old files under report/replaced/<UTC stamp>/ and writes the new ones over report/.
+    Nothing is written before that decision, so a refusal leaves the stored report whole.
+    """
     report = build_report(storage, experiment_id)
     files = {
         "summary.json": dump_json(report.summary),
@@ -29,11 +63,36 @@ def write_report(storage: Storage, experiment_id: str) -> ReportPaths:
         "report.md": report_markdown(report).encode(),
         "report.html": report_html(report).encode(),
     }
+    old = _stored_report(storage, experiment_id)
+    changed = differing(files, old)
+    replaced = None
+    if changed and not replace:
+        first = storage.location(layout.report_key(experiment_id, changed[0]))
+        raise ReportDiffersError(
+            f"{first} already exists with different content (other files differing: "
+            f"{', '.join(changed[1:]) or 'none'}); a stored report is never overwritten silently. "
+            f"Expected the same bytes (a rerun with the same Kaliper and records), found others: probably "
+            f"a report written by another Kaliper version. To write the new report, run "
+            f"`kaliper report {experiment_id} --replace` (the old files are kept under "
+            f"report/{layout.REPLACED_FOLDER}/<UTC stamp>/)"
+        )
+    if changed:
+        stamp = datetime.now(UTC).strftime(STAMP_FORMAT)
+        for name, data in old.items():  # the whole old report, kept before anything is rewritten
+            if data is not None:
+                storage.put(layout.replaced_key(experiment_id, stamp, name), data)
+        replaced = storage.location(f"{layout.report_prefix(experiment_id)}/{layout.REPLACED_FOLDER}/{stamp}")
     for name, data in files.items():
-        storage.put(layout.report_key(experiment_id, name), data)
+        key = layout.report_key(experiment_id, name)
+        if name in changed:
+            storage.replace(key, data)
+        else:
+            storage.put(key, data)
     push_summary(report)  # only when a Pushgateway is configured; never fails the report
     where = {name: storage.location(layout.report_key(experiment_id, name)) for name in files}
-    return ReportPaths(where["summary.json"], where["results.csv"], where["report.md"], report.summary)
+    return ReportPaths(
+        where["summary.json"], where["results.csv"], where["report.md"], report.summary, replaced
+    )
 
 
-__all__ = ["Report", "ReportPaths", "build_report", "write_report"]
+__all__ = ["REPORT_FILES", "Report", "ReportDiffersError", "ReportPaths", "build_report", "write_report"]

@@ -2,8 +2,10 @@
 
 - Baseline (spec `report.baseline`): `previous` (the default) is the latest earlier experiment of the same
   spec in the same storage that has a report; for a schedule, the last run before this one. Earlier is by
-  the creation time in the experiment ids (`<spec>-<yyyymmddThhmmssZ>-<4 hex>`), so a rerun of the
-  reporter picks the same baseline. Or an experiment id, or `none`.
+  the creation time in the experiment ids (`<spec>-<yyyymmddThhmmssZ>-<4 hex>`) and, for two ids of the
+  same second, by experiment.json's full creation time (never by the random tag alone), so a newer
+  experiment never changes an older one's report and a rerun of the reporter picks the same baseline.
+  Or an experiment id, or `none`.
 - Stacks: when the spec lists several stacks, each stack's trials against the first stack's, paired by
   their parameters.
 
@@ -15,11 +17,12 @@ When a comparison cannot be made, the report says why instead; it never fails th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
-from kaliper.errors import InputError
+from kaliper.errors import InputError, KaliperError
 from kaliper.reporter.aggregate import ExperimentResult, load_experiment
 from kaliper.reporter.compare import ExperimentComparison, PairedMetric, Side, compare_results
-from kaliper.results.documents import ExperimentDoc
+from kaliper.results.documents import EXPERIMENT_SCHEMA, ExperimentDoc, load_versioned
 from kaliper.spec.services import EXPERIMENT_ID, ReportSpec
 from kaliper.storage import Storage, layout
 
@@ -60,11 +63,49 @@ def experiments_of(storage: Storage, spec_name: str) -> list[str]:
     return sorted(ids, key=_order)
 
 
+def _created(storage: Storage, experiment_id: str) -> datetime | None:
+    """An experiment's full creation time (experiment.json), None when it cannot be read."""
+    try:
+        return load_versioned(
+            ExperimentDoc,
+            EXPERIMENT_SCHEMA,
+            storage.get(layout.experiment_key(experiment_id)),
+            storage.location(layout.experiment_key(experiment_id)),
+        ).created
+    except KaliperError:
+        return None
+
+
+def is_earlier(candidate: str, candidate_created: datetime | None, mine: str, mine_created: datetime) -> bool:
+    """Whether `candidate` was created before `mine`: by the ids' stamps (seconds), and within one second
+    by the stored creation times, then by id. A tie must not be settled by the ids' random tags alone:
+    a later experiment of the same second would then count as earlier when its tag sorts first, and
+    reporting it would change (and so refuse) the earlier experiment's rerun."""
+    stamp, my_stamp = _order(candidate)[0], _order(mine)[0]
+    if stamp != my_stamp or candidate == mine:
+        return stamp < my_stamp
+    if candidate_created is None or candidate_created == mine_created:
+        return candidate < mine
+    return candidate_created < mine_created
+
+
 def previous_experiment(storage: Storage, experiment: ExperimentDoc) -> str | None:
-    """The latest experiment of the same spec created before this one that has a report."""
-    mine = _order(experiment.id)
-    for candidate in reversed(experiments_of(storage, experiment.spec_name)):
-        if _order(candidate) < mine and storage.exists(layout.report_key(candidate, "summary.json")):
+    """The latest experiment of the same spec created before this one that has a report.
+
+    Only earlier experiments count, so a newer one (reported or not) never changes this report; the
+    one that can is an earlier experiment reported after this one was (a rerun then says so, exit 2).
+    """
+    my_stamp = _order(experiment.id)[0]
+    earlier: list[tuple[str, float, str]] = []  # (stamp, creation time within a shared second, id)
+    for candidate in experiments_of(storage, experiment.spec_name):
+        stamp = _order(candidate)[0]
+        if stamp > my_stamp or candidate == experiment.id:
+            continue
+        created = _created(storage, candidate) if stamp == my_stamp else None
+        if is_earlier(candidate, created, experiment.id, experiment.created):
+            earlier.append((stamp, created.timestamp() if created else 0.0, candidate))
+    for _stamp, _created_at, candidate in sorted(earlier, reverse=True):
+        if storage.exists(layout.report_key(candidate, "summary.json")):
             return candidate
     return None
 

@@ -1,8 +1,15 @@
-"""How every report format writes numbers, bytes and resource figures: one definition each."""
+"""How every report format writes numbers, bytes, resource figures and untrusted text: one definition each.
+
+Untrusted text is anything from a spec, a record or a run (parameters, trial and stack names, errors, log
+tails, package names): report.md escapes it for Markdown tables and for the HTML a Markdown renderer
+passes through (md_text), puts log tails in fences they cannot close (md_fence), and results.csv keeps
+spreadsheets from reading it as a formula (csv_cell). report.html escapes with plots.esc.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from kaliper.reporter.aggregate import RunResult
@@ -42,3 +49,44 @@ def resource_figure(run: RunResult, names: tuple[str, ...]) -> dict[str, Any] | 
     """The first of `names` among the run's resource figures."""
     figures = (run.resources or {}).get("figures", {})
     return next((figures[n] for n in names if n in figures), None)
+
+
+# `\` first (so a user's `\|` cannot unescape our `\|`), then what ends a table cell or a line, what
+# opens a code span, and what a Markdown renderer would pass through as HTML.
+_MD_SPECIAL = re.compile(r"[\\|`<>&\r\n]")
+_MD_TABLE = str.maketrans(
+    {"\\": "\\\\", "|": "\\|", "`": "\\`", "<": "&lt;", ">": "&gt;", "&": "&amp;", "\n": "<br>", "\r": "<br>"}
+)
+
+
+def md_text(value: object) -> str:
+    """`value` as inline Markdown text that is safe in a table cell, a heading or a list item: no raw
+    HTML, no cell or line break of its own (a newline becomes `<br>`), no code span."""
+    text = value if isinstance(value, str) else str(value)
+    if not _MD_SPECIAL.search(text):  # the common case, cheaply
+        return text
+    return text.replace("\r\n", "\n").translate(_MD_TABLE)
+
+
+_BACKTICKS = re.compile(r"`+")
+
+
+def md_fence(text: str, indent: str = "") -> list[str]:
+    """`text` (a log tail) as a fenced code block whose fence is longer than any backtick run inside,
+    so no line of it can close the block: its content is shown verbatim, never interpreted."""
+    longest = max((len(run) for run in _BACKTICKS.findall(text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [indent + fence, *(indent + line for line in text.splitlines()), indent + fence]
+
+
+# Cells a spreadsheet would read as a formula (OWASP, "CSV Injection"): text starting with one of these.
+_FORMULA_START = frozenset("=+-@\t\r")
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def csv_cell(value: Any) -> Any:
+    """A results.csv cell: text that would start a formula gets a leading `'`; numbers (and text that is
+    just a number, such as "-5") stay as they are so they stay numeric."""
+    if isinstance(value, str) and value[:1] in _FORMULA_START and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value

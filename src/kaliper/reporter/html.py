@@ -1,8 +1,11 @@
 """report.html: one self-contained page (inline CSS, inline SVG plots, no network) for an experiment.
 
 A pure function of the stored documents, like the other report files: same input, same bytes. Every
-string from records and specs is escaped; a Content-Security-Policy allows no network fetches and only
-the page's own (hash-pinned) script, which marks `<body data-kaliper-ready="1">` once it ran.
+string from records and specs is escaped where it is interpolated (plots.esc: html.escape with quotes,
+text and attributes alike; table cells are escaped before `_table`); nothing untrusted goes inside the
+`<style>` or `<script>` elements, which are constants; a Content-Security-Policy allows no network
+fetches and only the page's own (hash-pinned) script, which marks `<body data-kaliper-ready="1">` once
+it ran, so even a missed escape could not run a script.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import base64
 import hashlib
 from typing import Any
 
+from kaliper.errors import redactor
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult, run_medians
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import HEADERS
@@ -251,6 +255,7 @@ def _comparisons(comparisons: ReportComparisons) -> list[str]:
 
 def _resources(result: ExperimentResult) -> list[str]:
     out = ['<h2 id="resources">Resource use</h2>']
+    clean = redactor()  # reasons quote Prometheus' errors, which may quote its URL
     runs = result.all_runs()
     shown, note = _detail(result)
     detail = {t.doc.id for t in shown}
@@ -292,7 +297,7 @@ def _resources(result: ExperimentResult) -> list[str]:
             for name, why in (r.resources or {}).get("missing", {}).items():
                 by_reason.setdefault(str(why), set()).add(str(name))
         out += [
-            f'<p class="note">Not available ({esc(why)}): {esc(", ".join(sorted(names)))}</p>'
+            f'<p class="note">Not available ({esc(clean(why))}): {esc(", ".join(sorted(names)))}</p>'
             for why, names in sorted(by_reason.items())
         ]
     reasons: dict[str, list[str]] = {}
@@ -304,7 +309,7 @@ def _resources(result: ExperimentResult) -> list[str]:
         scope = "all runs" if len(which) == len(runs) else ", ".join(which[:20])
         if len(which) > 20 and len(which) < len(runs):
             scope += f" and {len(which) - 20} more runs"
-        out.append(f'<p class="note">Resources unavailable for {esc(scope)}: {esc(reason)}</p>')
+        out.append(f'<p class="note">Resources unavailable for {esc(scope)}: {esc(clean(reason))}</p>')
     return out
 
 

@@ -1,7 +1,9 @@
 """The report's tables: results.csv (one row per record) and report.md.
 
 Pure functions of the report object (kaliper.reporter.report.Report), so rerunning the reporter gives
-byte-identical files.
+byte-identical files. Every value that comes from a spec, a record or a run is untrusted: report.md
+escapes it (md_text; log tails in md_fence blocks), results.csv defuses formulas (csv_cell). Escaping
+is per output cell, never per sample.
 """
 
 from __future__ import annotations
@@ -10,8 +12,17 @@ import csv
 import io
 from typing import Any
 
+from kaliper.errors import redactor
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult, run_medians
-from kaliper.reporter.formatting import RESOURCE_COLUMNS, format_bytes, format_number, resource_figure
+from kaliper.reporter.formatting import (
+    RESOURCE_COLUMNS,
+    csv_cell,
+    format_bytes,
+    format_number,
+    md_fence,
+    md_text,
+    resource_figure,
+)
 from kaliper.reporter.report import Report
 from kaliper.reporter.verdict_tables import markdown_lines
 
@@ -37,7 +48,7 @@ def results_csv(report: Report) -> str:
     header += ["framework", "framework_version", "stack_id", "cpu_model", "started", "finished", "error"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
+    writer.writerow([csv_cell(h) for h in header])
     for rec in records:
         row: list[Any] = [
             rec.experiment,
@@ -62,7 +73,7 @@ def results_csv(report: Report) -> str:
             rec.finished.isoformat(),
             (rec.error or "").splitlines()[0] if rec.error else "",
         ]
-        writer.writerow(row)
+        writer.writerow([csv_cell(cell) for cell in row])
     return out.getvalue()
 
 
@@ -81,16 +92,20 @@ def report_markdown(report: Report) -> str:
     metric_names = list(dict.fromkeys(n for t in result.trials for n in t.metrics))
     units = {n: m.unit for t in result.trials for n, m in t.metrics.items()}
     swept = list(exp.matrix)
+    workload = exp.workload.get("name") or exp.workload.get("template")
     lines = [
-        f"# Kaliper report: {exp.id}",
+        f"# Kaliper report: {md_text(exp.id)}",
         "",
-        f"- Spec: `{exp.spec_name}`; workload `{exp.workload.get('name') or exp.workload.get('template')}` "
-        f"({exp.workload.get('framework')}); {len(result.trials)} trial(s) × {exp.repetitions} repetition(s)",
+        f"- Spec: {md_text(exp.spec_name)}; workload {md_text(workload)} "
+        f"({md_text(exp.workload.get('framework'))}); {len(result.trials)} trial(s) × {exp.repetitions} "
+        "repetition(s)",
         f"- Runs: {summary['runs']['succeeded']} measured, {summary['runs']['failed']} failed, "
         f"{summary['runs']['missing']} missing, of {summary['runs']['planned']}",
-        f"- Stack: {', '.join(prov['frameworks']) or '–'}; Python {', '.join(prov['python']) or '–'}; "
-        f"stack id {', '.join(s[:19] + '…' for s in prov['stack_ids']) or '–'}",
-        f"- Hardware: {', '.join(prov['cpu_models']) or '–'} on {', '.join(prov['hosts']) or '–'}",
+        f"- Stack: {md_text(', '.join(prov['frameworks']) or '–')}; "
+        f"Python {md_text(', '.join(prov['python']) or '–')}; "
+        f"stack id {md_text(', '.join(s[:19] + '…' for s in prov['stack_ids']) or '–')}",
+        f"- Hardware: {md_text(', '.join(prov['cpu_models']) or '–')} "
+        f"on {md_text(', '.join(prov['hosts']) or '–')}",
         "",
         "## Results",
         "",
@@ -99,13 +114,13 @@ def report_markdown(report: Report) -> str:
         "",
     ]
     header = ["trial", *swept, "status", "ok runs", *(f"{n} ({units[n]})" for n in metric_names)]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(md_text, header)) + " |", "|" + "---|" * len(header)]
     for t in result.trials:
         ok = sum(1 for r in t.runs if r.measured)
         cells = [
-            t.doc.id,
-            *(str(t.doc.matrix_point.get(k, "")) for k in swept),
-            t.status,
+            md_text(t.doc.id),
+            *(md_text(t.doc.matrix_point.get(k, "")) for k in swept),
+            md_text(t.status),
             f"{ok}/{len(t.runs)}",
         ]
         cells += [_metric_cell(t, n) for n in metric_names]
@@ -116,19 +131,19 @@ def report_markdown(report: Report) -> str:
         params = ", ".join(f"{k}={v}" for k, v in t.doc.params.items())
         lines += [
             "",
-            f"### Trial {t.doc.id}",
+            f"### Trial {md_text(t.doc.id)}",
             "",
-            f"Parameters: {params or '–'}; stack `{t.doc.stack.name}`",
+            f"Parameters: {md_text(params or '–')}; stack {md_text(t.doc.stack.name)}",
             "",
         ]
         header = ["repetition", "status", "converged", "samples", *(f"{n} median" for n in metric_names)]
-        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(map(md_text, header)) + " |", "|" + "---|" * len(header)]
         by_repetition = {r["repetition"]: r for r in trial_docs[t.doc.id]["runs"]}
         for run in t.runs:
             medians = run_medians(run)
             rs = by_repetition[run.repetition]
             converged = {True: "yes", False: "no", None: "–"}[rs["converged"]]
-            cells = [str(run.repetition), run.status, converged, str(rs["n_samples"])]
+            cells = [str(run.repetition), md_text(run.status), converged, str(rs["n_samples"])]
             cells += [format_number(medians.get(n)) for n in metric_names]
             lines.append("| " + " | ".join(cells) + " |")
 
@@ -139,9 +154,11 @@ def report_markdown(report: Report) -> str:
         lines += ["", "## Failed runs", ""]
         for t, r in failed:
             first, _, rest = (r.error or "").partition("\n")
-            lines.append(f"- {t.doc.id} repetition {r.repetition}: **{r.status}**: {first}")
+            lines.append(
+                f"- {md_text(t.doc.id)} repetition {r.repetition}: **{md_text(r.status)}**: {md_text(first)}"
+            )
             if rest.strip():
-                lines += ["", "  ```", *("  " + line for line in rest.strip().splitlines()), "  ```", ""]
+                lines += ["", *md_fence(rest.strip(), "  "), ""]
 
     formulas = {n: m.formula for t in result.trials for n, m in t.metrics.items() if m.formula}
     s = exp.sampling
@@ -153,7 +170,7 @@ def report_markdown(report: Report) -> str:
         f"{s['confidence']:.0%} distribution-free CI of the median is within {s['target_rel_ci']:.1%} of the median "
         f"on two consecutive checks, or {s['max_samples']} samples, or {s['max_time_s']:g} s.",
         "- Timers: `time.perf_counter_ns`; device work is synchronised before a sample ends.",
-        *(f"- `{n}` = {f}" for n, f in formulas.items()),
+        *(f"- {md_text(n)} = {md_text(f)}" for n, f in formulas.items()),
     ]
     return "\n".join(lines) + "\n"
 
@@ -163,6 +180,7 @@ def _resources_markdown(result: ExperimentResult) -> list[str]:
     runs = result.all_runs()
     have = [(t, r) for t, r in runs if r.resources and r.resources.get("available")]
     lines = ["", "## Resource use", ""]
+    clean = redactor()  # reasons quote Prometheus' errors, which may quote its URL
     if have:
         seen = {name for _t, r in have for name in (r.resources or {}).get("figures", {})}
         columns = [c for c in RESOURCE_COLUMNS if any(n in seen for n in c[1])]
@@ -173,7 +191,7 @@ def _resources_markdown(result: ExperimentResult) -> list[str]:
             "|" + "---|" * (3 + len(columns)),
         ]
         for t, r in have:
-            cells = [t.doc.id, str(r.repetition), str((r.resources or {}).get("source"))]
+            cells = [md_text(t.doc.id), str(r.repetition), md_text((r.resources or {}).get("source"))]
             for _label, names, stat, is_bytes in columns:
                 figure = resource_figure(r, names)
                 cells.append((format_bytes if is_bytes else format_number)(figure[stat]) if figure else "–")
@@ -185,7 +203,9 @@ def _resources_markdown(result: ExperimentResult) -> list[str]:
         if by_reason:
             lines.append("")
             for why, which_names in sorted(by_reason.items()):
-                lines.append(f"- Not available ({why}): {', '.join(sorted(which_names))}")
+                lines.append(
+                    f"- Not available ({md_text(clean(str(why)))}): {md_text(', '.join(sorted(which_names)))}"
+                )
     without = [(t, r) for t, r in runs if not (r.resources and r.resources.get("available"))]
     reasons: dict[str, list[str]] = {}
     for t, r in without:
@@ -195,5 +215,5 @@ def _resources_markdown(result: ExperimentResult) -> list[str]:
         lines.append("")
     for reason, which in reasons.items():
         scope = "all runs" if len(which) == len(runs) else ", ".join(which)
-        lines.append(f"- Resources unavailable for {scope}: {reason}")
+        lines.append(f"- Resources unavailable for {md_text(scope)}: {md_text(clean(str(reason)))}")
     return lines

@@ -18,7 +18,8 @@ A fingerprint (12 hex digits, kaliper.reporter.fingerprint) names what makes two
 over time: workload, parameters, declared stack and hardware class. Each push replaces its group, so the gateway holds the latest result per
 fingerprint and Prometheus' scrapes turn successive experiments into a series over time; cardinality is
 one group per fingerprint. The groups are kept (that is the point); a push that fails logs a warning and
-never fails the report.
+never fails the report. A dead or hung Pushgateway costs the report little: each push waits at most
+PUSH_TIMEOUT_S, all of them together at most PUSH_DEADLINE_S, and the first failure ends the pushing.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import logging
 
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 
+from kaliper.monitoring.deadline import Budget
 from kaliper.monitoring.metrics import (
     REPORT_LABELS,
     REPORT_TIMESTAMP,
@@ -46,6 +48,9 @@ from kaliper.reporter.report import Report
 from kaliper.reporter.views import RecordView
 
 log = logging.getLogger(__name__)
+
+PUSH_TIMEOUT_S = 3.0
+PUSH_DEADLINE_S = 8.0
 
 
 def _trial_record(trial: TrialResult) -> RecordView | None:
@@ -99,17 +104,34 @@ def summary_registries(report: Report) -> list[tuple[dict[str, str], CollectorRe
     return groups
 
 
-def push_summary(report: Report, url: str | None = None, timeout_s: float = 5.0) -> int:
-    """Push every group; the number pushed (0 when no Pushgateway is configured or it fails)."""
+def push_summary(
+    report: Report,
+    url: str | None = None,
+    timeout_s: float = PUSH_TIMEOUT_S,
+    deadline_s: float = PUSH_DEADLINE_S,
+) -> int:
+    """Push every group; the number pushed (0 when no Pushgateway is configured or it fails).
+
+    Bounded: each push waits at most `timeout_s`, all of them at most `deadline_s`; the first failure
+    (refused, timed out, an error status) stops the pushing with one warning.
+    """
     url = url or pushgateway_url(report.result.experiment)
     if not url:
         return 0
+    budget = Budget(f"the summary push to the Pushgateway at {url}", deadline_s)
+    groups = summary_registries(report)
     pushed = 0
-    for key, registry in summary_registries(report):
+    for key, registry in groups:
+        timeout = budget.timeout(timeout_s)
+        if timeout is None:
+            break
         try:
-            push_to_gateway(url, job=SUMMARY_JOB, registry=registry, grouping_key=key, timeout=timeout_s)
+            push_to_gateway(url, job=SUMMARY_JOB, registry=registry, grouping_key=key, timeout=timeout)
         except Exception as exc:  # the report is written; metrics for Grafana must not fail it
-            log.warning("kaliper report: could not push summary metrics to %s: %s", url, exc)
-            return pushed
+            budget.give_up(
+                f"could not push summary metrics to {url} ({pushed} of {len(groups)} "
+                f"groups pushed): {type(exc).__name__}: {exc}"
+            )
+            break
         pushed += 1
     return pushed

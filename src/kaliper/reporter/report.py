@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from kaliper.monitoring import prometheus
+from kaliper.monitoring.deadline import prometheus_budget
 from kaliper.monitoring.settings import prometheus_url
 from kaliper.reporter.aggregate import ExperimentResult, bulk, load_experiment
 from kaliper.reporter.baseline import ReportComparisons, compare_for_report
@@ -51,9 +52,14 @@ def run_window(
 
 
 def attach_resources(storage: Storage, result: ExperimentResult) -> None:
-    """Give every run of `result` its resources block, querying (and storing) those not stored yet."""
+    """Give every run of `result` its resources block, querying (and storing) those not stored yet.
+
+    All the runs share one Prometheus budget (`KALIPER_PROMETHEUS_DEADLINE`): a hung or dead Prometheus
+    costs the report one deadline at most, and the runs after it say why they were not asked.
+    """
     experiment = result.experiment
     url = prometheus_url(experiment)
+    budget = prometheus_budget()
     for trial, run in result.all_runs():
         if run.resources is not None:
             continue
@@ -79,5 +85,6 @@ def attach_resources(storage: Storage, result: ExperimentResult) -> None:
             trial=trial.doc.id,
             repetition=run.repetition,
             executor=run.launch.executor if run.launch else None,
+            budget=budget,
         )
         run.resources = store_resources(storage, experiment.id, trial.doc.id, run.repetition, block)

@@ -14,6 +14,7 @@ from typing import Any
 from kaliper.analysis.terms import VERDICTS
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import HEADERS, ExperimentComparison, PairedMetric, compare_document, table_rows
+from kaliper.reporter.formatting import md_text
 
 
 @dataclass(frozen=True)
@@ -86,13 +87,15 @@ def sections(c: ReportComparisons) -> list[Section]:
 
 
 def markdown_lines(c: ReportComparisons) -> list[str]:
+    """report.md's comparison sections; every text escaped (md_text): trial names, parameters and stack
+    names in the rows, experiment ids in titles and notes, come from specs."""
     lines: list[str] = []
     for section in sections(c):
-        lines += ["", f"## {section.title}", ""]
+        lines += ["", f"## {md_text(section.title)}", ""]
         if section.note:
-            lines.append(section.note)
+            lines.append(md_text(section.note))
             continue
-        lines += [section.description, ""]
+        lines += [md_text(section.description), ""]
         lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in section.rows]
+        lines += ["| " + " | ".join(md_text(cell) for cell in row) + " |" for row in section.rows]
     return lines

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from kaliper.errors import Redactor, redactor
 from kaliper.jobs.kubeflow import replica_name
 from kaliper.results.documents import FailureInfo, LaunchDoc
 from kaliper.results.record import Hardware, ResultRecord, Stack, WorkloadInfo
@@ -83,6 +84,7 @@ class Interner:
         self._workloads: dict[tuple[str, str | None, str | None, str], WorkloadInfo] = {}
         self._params: dict[bytes, dict[str, Any]] = {}
         self._strings: dict[str, str] = {}
+        self._redact: Redactor | None = None
 
     def workload(self, w: WorkloadInfo) -> WorkloadInfo:
         return self._workloads.setdefault((w.name, w.framework, w.framework_version, w.version), w)
@@ -131,11 +133,28 @@ class Interner:
         )
 
     def launch(self, doc: LaunchDoc) -> LaunchView:
+        """The view of a launch document, its failure message and log tail redacted: they quote what the
+        job printed, and every report file reads them from here (records redact themselves)."""
+        failure = doc.failure
+        message = doc.message
+        if failure is not None or doc.status != "succeeded":
+            clean = self._redactor()
+            message = clean(message)
+            if failure is not None:
+                failure = failure.model_copy(
+                    update={"message": clean(failure.message), "log_tail": clean(failure.log_tail)}
+                )
         return LaunchView(
             status=self.string(doc.status) or "",
             reason=self.string(doc.reason) or "",
-            message=doc.message,
+            message=message,
             executor=self.string(doc.executor) or "",
             phases=dict(doc.phases),
-            failure=doc.failure,
+            failure=failure,
         )
+
+    def _redactor(self) -> Redactor:
+        """One Redactor per load (the environment looked up once, not per failed run)."""
+        if self._redact is None:
+            self._redact = redactor()
+        return self._redact

@@ -10,9 +10,9 @@ from datetime import datetime
 from typing import Any, Final, Literal, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from kaliper.errors import SchemaVersionError
+from kaliper.errors import SchemaVersionError, redact
 from kaliper.spec.validation import describe_validation_error
 
 EXPERIMENT_SCHEMA: Final = "kaliper.experiment/v1"
@@ -89,6 +89,12 @@ class FailureInfo(Document):
     reason: str
     message: str
     log_tail: str = ""
+
+    @field_validator("message", "log_tail")
+    @classmethod
+    def _redacted(cls, value: str) -> str:
+        """The failing replica's output may print credentials: never stored in launch.json."""
+        return redact(value)
 
 
 class LaunchDoc(Document):

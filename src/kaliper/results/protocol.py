@@ -26,6 +26,7 @@ from kaliper.results.documents import LaunchDoc, TrialDoc
 from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import RecordIds, ResultRecord, Timestamps, WorkloadInfo
 from kaliper.storage import Storage, layout, open_storage
+from kaliper.storage.spool import Spool, SpoolingStorage, spool_root
 
 RESULT_LINE_PREFIX: Final = "KALIPER_RESULT "
 # Replica reasons that only repeat the job's failure; any other (OOMKilled, Stopped, ...) is worth saying.
@@ -178,12 +179,23 @@ def result_payloads(log_text: str) -> list[str]:
 
 
 def store_record(record: ResultRecord, storage_url: str | None) -> str:
-    """Write the record whole; on failure print it as one `KALIPER_RESULT` line so it is never lost."""
+    """Write the record whole; where it went. It is never lost:
+
+    - under a local run (`KALIPER_SPOOL_DIR` set by the runner), it is journaled in the local spool
+      first (kaliper.storage.spool): if storage fails, it stays there, the replica goes on, and the run's
+      report or a later `kaliper report` puts it into storage;
+    - in any case, when storing fails, it is also printed as one `KALIPER_RESULT` line, which the
+      reporter recovers from the replica's stored log. Without a spool the StorageError is raised.
+    """
     data = record.to_json_bytes()
     if storage_url is None:
         sys.stdout.write(data.decode())
         return "stdout"
-    storage = open_storage(storage_url)
+    storage: Storage = open_storage(storage_url)
+    spooling = None
+    if os.environ.get(env.SPOOL_DIR):
+        spooling = SpoolingStorage(storage, Spool(spool_root(), storage_url))
+        storage = spooling
     key = record_key(record)
     try:
         storage.put(key, data)
@@ -191,4 +203,7 @@ def store_record(record: ResultRecord, storage_url: str | None) -> str:
         sys.stdout.write(result_line(data))
         sys.stdout.flush()
         raise
+    if spooling is not None and key in spooling.unstored:
+        sys.stdout.write(result_line(data))
+        sys.stdout.flush()
     return storage.location(key)

@@ -14,14 +14,15 @@ import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 
+from kaliper.errors import REDACTED, is_secret_name, redact, redactor
 from kaliper.results.record import Hardware, Package, Stack
 
-# Environment variables that change how frameworks and BLAS behave; nothing else is recorded, so no
-# credential in the environment ever reaches a result record.
+# Environment variables that change how frameworks and BLAS behave; nothing else is recorded, and of
+# these none whose name says secret, so no credential in the environment reaches a result record (the
+# record model redacts again: kaliper.results.record).
 _ENV_PREFIXES = (
     "OMP_",
     "MKL_",
@@ -41,24 +42,34 @@ _ENV_PREFIXES = (
     "NVIDIA_",
     "LD_PRELOAD",
 )
-_SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.I)
+_USERINFO_MARK = re.compile(r"://" + re.escape(REDACTED) + "@")
 
 
-def _without_credentials(url: str) -> str:
-    """An index URL may carry user:token@; never record it."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        netloc = parts.hostname or ""
-        if parts.port:
-            netloc += f":{parts.port}"
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return url
+def clean_url(url: str) -> str:
+    """`url` as it may be recorded: user-info (`user:token@`) dropped, secret query parameters
+    (`?private_token=`) and any other credential shape replaced by `***` (kaliper.errors.redact)."""
+    return _USERINFO_MARK.sub("://", redact(url))
+
+
+def _clean_json(value: Any) -> Any:
+    """Every string in a JSON value (PEP 610 direct_url.json) through clean_url."""
+    if isinstance(value, str):
+        return clean_url(value)
+    if isinstance(value, dict):
+        return {k: _clean_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean_json(v) for v in value]
+    return value
 
 
 def index_origin() -> str:
-    """The package index the environment names (PIP_INDEX_URL), else "unknown": pip records no index."""
+    """The package index the environment names (PIP_INDEX_URL), else "unknown": pip records no index.
+
+    The only variable read outside the allow-list of `relevant_env`; its URL is cleaned (clean_url), as
+    it is the origin of every index-installed package and would otherwise repeat a token in every one.
+    """
     url = os.environ.get("PIP_INDEX_URL", "").strip()
-    return _without_credentials(url) if url else "unknown"
+    return clean_url(url) if url else "unknown"
 
 
 def installed_packages() -> list[Package]:
@@ -77,12 +88,14 @@ def installed_packages() -> list[Package]:
         raw = dist.read_text("direct_url.json")
         if raw:
             try:
-                direct_url = json.loads(raw)
+                direct_url = _clean_json(json.loads(raw))
             except json.JSONDecodeError:
-                direct_url = {"unparsed": raw[:500]}
+                direct_url = {"unparsed": clean_url(raw[:500])}
+            if not isinstance(direct_url, dict):
+                direct_url = {"unparsed": clean_url(raw[:500])}
         origin = default_origin
         if direct_url and isinstance(direct_url.get("url"), str):
-            origin = _without_credentials(direct_url["url"])
+            origin = direct_url["url"]  # cleaned with the rest
         elif installer is None:
             origin = "unknown"
         seen[key] = Package(
@@ -92,8 +105,14 @@ def installed_packages() -> list[Package]:
 
 
 def relevant_env() -> dict[str, str]:
+    """The allow-listed variables (_ENV_PREFIXES), less any whose name says secret (`TF_VAR_*`,
+    `NCCL_IB_AUTH`, `*_TOKEN`: kaliper.errors.is_secret_name), values redacted (a URL's user-info, a
+    secret query parameter, another variable's secret value)."""
+    clean = redactor()
     return {
-        k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES) and not _SECRET.search(k)
+        k: clean(v)
+        for k, v in sorted(os.environ.items())
+        if k.startswith(_ENV_PREFIXES) and not is_secret_name(k)
     }
 
 
@@ -125,6 +144,8 @@ def capture_stack(
     framework_build: dict[str, Any] | None = None,
     threads: dict[str, Any] | None = None,
 ) -> Stack:
+    """The stack of this interpreter (the record model redacts it again: no writer can forget)."""
+    image = redact(image) if image else image
     python = {
         "implementation": platform.python_implementation(),
         "version": platform.python_version(),

@@ -2,6 +2,11 @@
 
 Raw samples are always kept (never only a median), so every summary can be recomputed; provenance
 (stack, hardware) travels with every record because it is what makes two numbers comparable.
+
+A record never holds a credential: the model itself redacts (kaliper.errors.redact) its error text (log
+tails included), the stack's environment (secret-named variables dropped), package origins and direct
+URLs, image and framework build info, whoever made it, so no writer (workload, executor, launcher) can
+forget, and a record written before this is cleaned when it is read.
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ from datetime import datetime
 from typing import Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kaliper.errors import Redactor, is_secret_name, redact, redactor
 from kaliper.results.documents import load_versioned
 
 RESULT_SCHEMA: Final = "kaliper.result/v1"
@@ -22,6 +28,17 @@ Direction = Literal["more_is_better", "less_is_better"]
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def redact_json(value: Any, clean: Redactor) -> Any:
+    """Every string in a JSON-like value (keys kept) through `clean`."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, dict):
+        return {k: redact_json(v, clean) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_json(v, clean) for v in value]
+    return value
 
 
 class RecordIds(Model):
@@ -107,6 +124,23 @@ class Stack(Model):
     threads: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _without_credentials(self) -> Stack:
+        """Secret-named variables dropped, every other string redacted (one environment lookup for the
+        whole stack: a stack has hundreds of packages)."""
+        clean = redactor()
+        self.env = {k: clean(v) for k, v in self.env.items() if not is_secret_name(k)}
+        self.image = clean(self.image) if self.image else self.image
+        self.python = {k: clean(v) for k, v in self.python.items()}
+        self.framework_build = redact_json(self.framework_build, clean)
+        self.threads = redact_json(self.threads, clean)
+        self.blas = redact_json(self.blas, clean)
+        for package in self.packages:
+            package.origin = clean(package.origin)
+            if package.direct_url is not None:
+                package.direct_url = redact_json(package.direct_url, clean)
+        return self
+
 
 class Hardware(Model):
     cpu_model: str | None
@@ -139,6 +173,12 @@ class ResultRecord(Model):
     )
     stack: Stack
     hardware: Hardware
+
+    @field_validator("error")
+    @classmethod
+    def _redact_error(cls, error: str | None) -> str | None:
+        """Errors carry replica log tails, which print whatever the job printed (tokens included)."""
+        return redact(error) if error else error
 
     @model_validator(mode="before")
     @classmethod

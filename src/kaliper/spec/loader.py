@@ -1,25 +1,35 @@
 """Reading a spec file: YAML parsed within limits, validated into `BenchmarkSpec`, checked against the workload.
 
 Everything a spec can get wrong is caught here, before anything runs or is written: unknown keys, wrong
-types, parameters the workload does not take, unusable storage URLs. Messages name the file and field.
+types, parameters the workload does not take, duplicate matrix values, too many trials, unusable storage
+URLs. Messages name the file and field.
 """
 
 from __future__ import annotations
 
-import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from kaliper.errors import ParameterError, SpecError
+from kaliper.spec.limits import check_integers, check_trial_count
 from kaliper.spec.model import BenchmarkSpec
-from kaliper.spec.validation import describe_validation_error
+from kaliper.spec.validation import describe_validation_error, short
+from kaliper.spec.yamltext import MAX_YAML_NODES, parse_yaml_mapping
 
 MAX_SPEC_BYTES = 1 << 20
-MAX_YAML_NODES = 100_000
+__all__ = [
+    "MAX_SPEC_BYTES",
+    "MAX_YAML_NODES",
+    "LoadedSpec",
+    "check_against_workload",
+    "load_spec",
+    "parse_spec_text",
+    "spec_from_text",
+]
 
 
 @dataclass(frozen=True)
@@ -32,55 +42,11 @@ class LoadedSpec:
     base_dir: Path
 
 
-class _NodeBudgetExceeded(Exception):
-    pass
-
-
-def _count_nodes(node: yaml.Node, budget: list[int]) -> None:
-    """Count nodes with aliases expanded, stopping as soon as the budget is spent (alias bombs)."""
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise _NodeBudgetExceeded
-    if isinstance(node, yaml.SequenceNode):
-        for child in node.value:
-            _count_nodes(child, budget)
-    elif isinstance(node, yaml.MappingNode):
-        for key, child in node.value:
-            _count_nodes(key, budget)
-            _count_nodes(child, budget)
-
-
 def parse_spec_text(text: str, source: str) -> dict[str, Any]:
-    """YAML text to a mapping, refusing empty files, non-mappings and alias bombs.
-
-    The document is composed once, its expanded size checked, and only then constructed: constructing
-    (or validating) a billion-laughs document would exhaust memory.
-    """
-    if not text.strip():
-        raise SpecError(f"{source}: the file is empty; expected a benchmark spec (a YAML mapping)")
-    stream = io.StringIO(text)
-    stream.name = source  # so YAML errors name the file instead of "<unicode string>"
-    loader = yaml.SafeLoader(stream)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            raise SpecError(f"{source}: the file holds no YAML document; expected a benchmark spec")
-        _count_nodes(node, [MAX_YAML_NODES])
-        data = loader.construct_document(node)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: not valid YAML: {exc}") from None
-    except _NodeBudgetExceeded:
-        raise SpecError(
-            f"{source}: the YAML expands to more than {MAX_YAML_NODES} nodes (alias bomb?); refusing to load it"
-        ) from None
-    except RecursionError:
-        raise SpecError(
-            f"{source}: the YAML nests too deeply or refers to itself; refusing to load it"
-        ) from None
-    finally:
-        loader.dispose()
-    if not isinstance(data, dict):
-        raise SpecError(f"{source}: expected a YAML mapping at the top level, found {type(data).__name__}")
+    """YAML text to a mapping, refusing empty files, non-mappings, alias bombs and duplicate keys
+    (kaliper.spec.yamltext), and integers beyond 64 bits."""
+    data = parse_yaml_mapping(text, source)
+    check_integers(data, source)
     return data
 
 
@@ -104,30 +70,80 @@ def load_spec(path: str | Path) -> LoadedSpec:
 
 
 def spec_from_text(text: str, source: str, base_dir: Path) -> LoadedSpec:
+    """Parse and fully validate spec text; SpecError (one line per problem) for anything wrong."""
     data = parse_spec_text(text, source)
     try:
         spec = BenchmarkSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(describe_validation_error(exc, source)) from None
+    check_trial_count(spec.matrix, len(spec.stacks), source)  # before anything expands
     try:
         check_against_workload(spec)
     except ParameterError as exc:
         raise SpecError(f"{source}: {exc}") from None
-    if spec.workload.template is not None and not (base_dir / spec.workload.template).is_file():
-        raise SpecError(
-            f"{source}: workload.template: no such file {str(base_dir / spec.workload.template)!r}"
-        )
+    if spec.workload.template is not None:
+        template = base_dir / spec.workload.template
+        try:
+            found = template.is_file()
+        except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+            found = False
+        if not found:
+            raise SpecError(f"{source}: workload.template: no such file {short(str(template), 200)}")
     return LoadedSpec(spec=spec, text=text, source=source, base_dir=base_dir)
 
 
+def json_key(value: Any) -> tuple[str, Any]:
+    """What a value is as JSON, for finding equal matrix values: 256, 256.0 and '256' are the same
+    parameter value to a template (and to a workload's `--param`), true and 'true' likewise."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text in ("true", "false"):
+            return ("bool", text == "true")
+        try:
+            number = float(text)
+        except ValueError:
+            return ("str", value)
+        return ("num", number) if math.isfinite(number) else ("str", value)
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        return ("num", float(value) if abs(value) < 2**53 else value)
+    return ("other", repr(value))
+
+
+def first_duplicate(keys: list[Any]) -> tuple[int, int] | None:
+    """Indices (i, j), i < j, of the first two equal keys; None when all differ."""
+    seen: dict[Any, int] = {}
+    for j, key in enumerate(keys):
+        i = seen.setdefault(key, j)
+        if i != j:
+            return i, j
+    return None
+
+
+def _check_distinct(key: str, values: list[Any], keys: list[Any]) -> None:
+    """Two equal values in one matrix list (equal `keys`) would be two identical trials."""
+    pair = first_duplicate(keys)
+    if pair is not None:
+        i, j = pair
+        raise ParameterError(
+            f"matrix.{key}: expected distinct values, found [{i}] {short(values[i], 40)} and "
+            f"[{j}] {short(values[j], 40)}, the same value (it would give the same trial twice)"
+        )
+
+
 def check_against_workload(spec: BenchmarkSpec) -> None:
-    """Parameters in `workload.params` and `matrix` must be ones the built-in workload declares."""
+    """Parameters in `workload.params` and `matrix` must be ones the built-in workload declares, and
+    each matrix list must hold distinct values: after coercion to the parameter's type for a built-in
+    workload, as JSON values for a template."""
     both = sorted(set(spec.workload.params) & set(spec.matrix))
     if both:
         raise ParameterError(
             f"matrix.{both[0]}: also set in workload.params; give each parameter in one place"
         )
     if spec.workload.name is None:
+        for key, values in spec.matrix.items():
+            _check_distinct(key, values, [json_key(v) for v in values])
         return
     from kaliper.workloads import get_workload
 
@@ -144,5 +160,5 @@ def check_against_workload(spec: BenchmarkSpec) -> None:
             raise ParameterError(
                 f"matrix.{key}: workload {definition.name} has no parameter {key!r} (it takes: {known})"
             )
-        for i, value in enumerate(values):
-            param.coerce(value, f"matrix.{key}[{i}]")
+        coerced = [param.coerce(value, f"matrix.{key}[{i}]") for i, value in enumerate(values)]
+        _check_distinct(key, values, [(type(v), v) for v in coerced])

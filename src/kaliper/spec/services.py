@@ -13,8 +13,10 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kaliper.analysis.terms import DEFAULT_ALPHA, DEFAULT_THRESHOLD
+from kaliper.spec.kubenames import DNS1123_SUBDOMAIN, check_dns1123_subdomain
 
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_SUBDOMAIN = DNS1123_SUBDOMAIN  # kept for importers; fullmatch it (kaliper.spec.kubenames)
+URL_MAX_LENGTH = 2048
 
 
 class StrictModel(BaseModel):
@@ -26,7 +28,7 @@ class StrictModel(BaseModel):
 HTTP_URL_FORM = "http(s)://host[:port][/path]"
 ENDPOINT_FORM = "http(s)://host[:port]"
 # Letters, digits, '-', '_' and '.': AWS region names (us-east-1) and whatever a MinIO admin chose.
-REGION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+REGION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 CREDENTIALS_NEVER_IN_URL = (
     "it carries credentials (user:password@), which are never taken from a URL or a spec"
 )
@@ -36,13 +38,18 @@ def _http_url_problem(value: str, *, path_allowed: bool) -> str | None:
     """What makes `value` unusable as an http(s) URL for a pod, or None. Never quotes the value: it may
     carry a password, and the caller's message must not echo it (describe_validation_error redacts the
     `found:` part)."""
-    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+    if len(value) > URL_MAX_LENGTH:
+        return f"it is longer than {URL_MAX_LENGTH} characters"
+    if any(not c.isprintable() or c.isspace() for c in value):
         return "it contains whitespace or control characters"
-    parts = urlsplit(value)
+    if "@" in value:  # user:pass@host, also when the password holds a '/' that ends the netloc early
+        return CREDENTIALS_NEVER_IN_URL
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # e.g. an unbalanced '[' in the host
+        return "it is not a well-formed URL"
     if parts.scheme not in ("http", "https"):
         return "its scheme must be http:// or https://"
-    if "@" in parts.netloc:
-        return CREDENTIALS_NEVER_IN_URL
     if not parts.hostname:
         return "it names no host"
     try:
@@ -121,7 +128,7 @@ class S3Spec(StrictModel):
     @field_validator("region")
     @classmethod
     def _region(cls, value: str | None) -> str | None:
-        if value is not None and not REGION.match(value):
+        if value is not None and not REGION.fullmatch(value):
             raise ValueError(
                 "expected an S3 region name such as us-east-1 (letters, digits, '.', '_', '-'; at most 63)"
             )
@@ -130,7 +137,7 @@ class S3Spec(StrictModel):
     @field_validator("secret")
     @classmethod
     def _secret(cls, value: str | None) -> str | None:
-        if value is not None and (not DNS_SUBDOMAIN.match(value) or len(value) > 253):
+        if value is not None and check_dns1123_subdomain(value) is not None:
             raise ValueError(
                 "expected the name of a Kubernetes Secret (a DNS-1123 subdomain: lower-case letters, digits, "
                 "'-', '.'), or null for no credential env"
@@ -155,12 +162,14 @@ class ReportSpec(StrictModel):
     )
     threshold: float = Field(
         DEFAULT_THRESHOLD,
+        strict=True,
         gt=0,
         lt=1,
         description="practical threshold δ: a ratio whose CI lies within 1 ± δ is 'equivalent' (0.03 = 3%)",
     )
     alpha: float = Field(
         DEFAULT_ALPHA,
+        strict=True,
         gt=0,
         lt=1,
         description="significance level of the Mann-Whitney test, and the Benjamini-Hochberg false discovery rate",
@@ -169,7 +178,7 @@ class ReportSpec(StrictModel):
     @field_validator("baseline")
     @classmethod
     def _baseline(cls, value: str) -> str:
-        if value not in ("previous", "none") and not EXPERIMENT_ID.match(value):
+        if value not in ("previous", "none") and not EXPERIMENT_ID.fullmatch(value):
             raise ValueError(
                 "expected 'previous', 'none' or an experiment id such as quickstart-20261121T101500Z-1a2b"
             )

@@ -1,14 +1,20 @@
-"""Turn pydantic's errors into messages that name the file, the field, what was expected and what was found."""
+"""Turn pydantic's errors into messages that name the file, the field, what was expected and what was found.
+
+Every value quoted in a message is redacted first (kaliper.errors.redact), then shortened: shortening
+first could cut a URL before its '@' and leave half a password that no longer looks like one.
+"""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import ValidationError
 
+from kaliper.errors import redact
 
-def _location(loc: tuple[int | str, ...]) -> str:
+
+def location(loc: tuple[int | str, ...]) -> str:
+    """`("job", "tolerations", 0, "key")` → `job.tolerations[0].key`."""
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
@@ -18,35 +24,41 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return "".join(parts) or "(top level)"
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-_URL_USERINFO = re.compile(r"(\w+://)[^/@\s]*@")
+def short(value: Any, limit: int = 80) -> str:
+    """`repr(value)`, credentials redacted, at most `limit` characters."""
+    text = redact(repr(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def redact_credentials(text: str) -> str:
     """`s3://KEY:SECRET@bucket` → `s3://***@bucket`: error messages must never echo a secret."""
-    return _URL_USERINFO.sub(r"\1***@", text)
+    return redact(text)
 
 
 def describe_validation_error(error: ValidationError, source: str) -> str:
-    """One line per problem: `source: field.path: message (found: value)`."""
+    """One line per problem: `source: field.path: message (found: value)`.
+
+    Messages that already say what was found (`expected ..., found ...`) get no second `(found: ...)`.
+    """
     lines = []
     for item in error.errors(include_url=False):
         loc = tuple(item["loc"])
         kind = item["type"]
         if kind == "extra_forbidden":
-            message = f"unknown field {str(loc[-1])!r}"
+            message = f"unknown field {short(str(loc[-1]))}"
         elif kind == "missing":
             message = "required field is missing"
         else:
             message = item["msg"].removeprefix("Value error, ")
-        found = (
-            ""
-            if kind in ("extra_forbidden", "missing")
-            else f" (found: {redact_credentials(_short(item.get('input')))})"
+        # not repeated: values the message already shows (`expected ..., found ...`, storage URL errors),
+        # and whole sections (a model's own check, such as min_samples > max_samples, names its fields)
+        quiet = (
+            kind in ("extra_forbidden", "missing")
+            or ", found " in message
+            or message.startswith("storage URL ")
+            or isinstance(item.get("input"), dict)
         )
-        lines.append(f"{source}: {_location(loc)}: {message}{found}")
+        found = "" if quiet else f" (found: {short(item.get('input'))})"
+        line = f"{source}: {location(loc)}: {message}{found}"
+        lines.append(line.replace("\r", " ").replace("\n", " "))  # one problem, one line
     return "\n".join(lines)

@@ -62,6 +62,9 @@ def configure_step(
 ) -> Configured:
     """Write the experiment into storage; write the fan-out list and the experiment id for the workflow.
 
+    Each run carries the sha256 of its trial's job.yaml: the list lives in the workflow's status, out of
+    reach of the benchmark pods (which can write to storage), so the launch step trusts job.yaml by it.
+
     Runs are listed repetition by repetition (rep 0 of every trial, then rep 1, ...), like the local
     runner, so a sweep cut short still has a run of every trial.
     """
@@ -71,7 +74,7 @@ def configure_step(
     plan = configure(loaded, experiment, storage_url, now=created)
     write_plan(plan, open_storage(storage_url))
     runs = [
-        {"trial": trial.doc.id, "repetition": rep}
+        {"trial": trial.doc.id, "repetition": rep, "sha256": trial.job_sha256}
         for rep in range(plan.experiment.repetitions)
         for trial in plan.trials
     ]

@@ -18,10 +18,12 @@ import time
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
 from kaliper.configurator import read_experiment, read_job, read_trial
-from kaliper.errors import ExecutionError
+from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
+from kaliper.errors import ExecutionError, InputError
 from kaliper.jobs.kubeflow import CONTAINER_NAME
 from kaliper.results.documents import LAUNCH_SCHEMA, FailureInfo, LaunchDoc, load_versioned, to_document
 from kaliper.results.protocol import store_stand_ins
@@ -79,12 +81,24 @@ def launch_run(
     volume_claim: str | None = None,
     mount_path: str | None = None,
     api: JobApi | None = None,
+    job_sha256: str | None = None,
+    expect: JobExpectations | None = None,
 ) -> LaunchDoc:
-    """Run one repetition of a trial as a Kubernetes job and store its launch.json (returned)."""
+    """Run one repetition of a trial as a Kubernetes job and store its launch.json (returned).
+
+    The benchmark pods can write to storage, so job.yaml is created only when its sha256 is the one the
+    configure step passed on (`job_sha256`, from the workflow's runs list) and it passes the manifest
+    checks again (`expect`: the workflow's spec; without it, the stored trial and spec).
+    """
     key = layout.launch_key(experiment, trial, repetition)
     if storage.exists(key):
         return load_versioned(LaunchDoc, LAUNCH_SCHEMA, storage.get(key), storage.location(key))
-    manifest = read_job(storage, experiment, trial)
+    manifest = read_job(storage, experiment, trial, job_sha256)
+    problem = manifest_problem(manifest, expect or _stored_expectations(storage, experiment, trial))
+    if problem is not None:
+        raise InputError(
+            f"{storage.location(layout.job_key(experiment, trial))}: {problem}; refusing to create the job"
+        )
     namespace = resolve_namespace(manifest)
     body = prepare_job(
         manifest,
@@ -112,6 +126,16 @@ def launch_run(
         )
     storage.put_json(key, to_document(doc))
     return doc
+
+
+def _stored_expectations(storage: Storage, experiment: str, trial: str) -> JobExpectations:
+    """What job.yaml must be, from the stored spec (when the step was not given the workflow's)."""
+    from kaliper.spec import spec_from_text
+
+    text = storage.get(layout.spec_key(experiment)).decode()
+    loaded = spec_from_text(text, storage.location(layout.spec_key(experiment)), Path.cwd())
+    doc = read_trial(storage, experiment, trial)
+    return JobExpectations(loaded.spec.job.kind, dict(doc.job.replicas), loaded.spec.job.service_account)
 
 
 def _create_or_adopt(

@@ -2,7 +2,9 @@
 
 Objects are written whole and never rewritten: writing a key that exists with identical bytes is a
 no-op (so a rerun of the reporter is safe), with different bytes it is an error (so no result is ever
-silently replaced).
+silently replaced). The one exception is `replace`, allowed only for an experiment's current report files
+(`kaliper.storage.layout.is_replaceable`): a report is derived from the records and may be made again
+(`kaliper report --replace`, which first keeps the old files under report/replaced/<stamp>/).
 """
 
 from __future__ import annotations
@@ -21,6 +23,18 @@ def check_key(key: str) -> str:
     parts = key.split("/")
     if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise StorageError(f"invalid storage key {key!r}")
+    return key
+
+
+def check_replaceable(storage: Storage, key: str) -> str:
+    """`key` if `replace` may rewrite it (an experiment's report/<file>); StorageError otherwise."""
+    from kaliper.storage import layout  # layout imports the jobs package; keep the base module light
+
+    if not layout.is_replaceable(check_key(key)):
+        raise StorageError(
+            f"cannot replace {storage.location(key)}: only an experiment's report files "
+            "(experiments/<id>/report/<file>) may be rewritten; every other object is written once"
+        )
     return key
 
 
@@ -48,6 +62,15 @@ class Storage(ABC):
     @abstractmethod
     def put(self, key: str, data: bytes) -> None:
         """Store `data` under `key` atomically; identical content is accepted, different content is not."""
+
+    def replace(self, key: str, data: bytes) -> None:
+        """Store `data` under `key` whether or not an object is there (atomically: a reader sees the old
+        or the new bytes). Only report files may be replaced; StorageError for any other key."""
+        self._replace(check_replaceable(self, key), data)
+
+    def _replace(self, key: str, data: bytes) -> None:
+        """The backend's unconditional write of a key `replace` has allowed."""
+        raise StorageError(f"{type(self).__name__} ({self.url}) cannot replace objects")
 
     @abstractmethod
     def get(self, key: str) -> bytes:

@@ -46,6 +46,17 @@ class FileStorage(Storage):
         except OSError as exc:
             raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
+    def _replace(self, key: str, data: bytes) -> None:
+        """A temp file renamed over the old one (os.replace): readers see the old or the new file."""
+        path = self._path(key)
+        if path.is_dir():
+            raise StorageError(f"cannot write {path}: it is a directory (a prefix of other keys)")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, data, exclusive=False)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
     def _check_same(self, path: Path, key: str, data: bytes) -> None:
         if path.read_bytes() != data:
             raise ObjectExistsError(

@@ -53,3 +53,30 @@ def log_key(experiment: str, trial: str, repetition: int, replica: str, stream: 
 
 def report_key(experiment: str, name: str) -> str:
     return f"{experiment_prefix(experiment)}/report/{name}"
+
+
+REPORT_FOLDER = "report"
+REPLACED_FOLDER = "replaced"
+
+
+def report_prefix(experiment: str) -> str:
+    return f"{experiment_prefix(experiment)}/{REPORT_FOLDER}"
+
+
+def replaced_key(experiment: str, stamp: str, name: str) -> str:
+    """Where `kaliper report --replace` keeps a report file it replaced (written once, never deleted)."""
+    return f"{report_prefix(experiment)}/{REPLACED_FOLDER}/{stamp}/{name}"
+
+
+def is_replaceable(key: str) -> bool:
+    """Only an experiment's current report files (`experiments/<id>/report/<name>`) may be rewritten:
+    a report is derived from the records and can be made again; records, documents, logs and the
+    replaced reports kept under report/replaced/ are written once."""
+    parts = key.split("/")
+    return (
+        len(parts) == 4
+        and parts[0] == EXPERIMENTS
+        and parts[2] == REPORT_FOLDER
+        and bool(parts[1])
+        and parts[3] not in ("", ".", "..", REPLACED_FOLDER)
+    )

@@ -14,6 +14,7 @@ ObjectExistsError) and then writes with a single conditional PUT (`If-None-Match
 whole or not at all, so a reader never sees a partial object and a retried PUT whose first try did land
 is recognised instead of reported as a conflict. The bucket must exist; Kaliper never creates it.
 Transient failures are retried by `kaliper.storage.retry`; the client's own urllib3 retries are off.
+`replace` (report files only, kaliper.storage.layout.is_replaceable) is one unconditional PUT.
 """
 
 from __future__ import annotations
@@ -217,6 +218,19 @@ class S3Storage(Storage):
 
         if not self._call(f"writing {self.location(key)}", write):
             self._check_same(key, data)
+
+    def _replace(self, key: str, data: bytes) -> None:
+        """One unconditional PUT (S3 applies it whole), retried on transient failures like `put`."""
+        name = self._name(key)
+        headers: dict[str, str | list[str] | tuple[str]] = {
+            "Content-Type": "application/octet-stream",
+            "Content-MD5": base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode(),
+        }
+
+        def write(client: Minio) -> None:
+            client._put_object(self.bucket, name, data, headers=headers)
+
+        self._call(f"replacing {self.location(key)}", write)
 
     def _check_same(self, key: str, data: bytes) -> None:
         if self.get(key) != data:

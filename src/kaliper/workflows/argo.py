@@ -122,12 +122,18 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
             "{{inputs.parameters.experiment}}",
             "{{inputs.parameters.trial}}",
             "{{inputs.parameters.repetition}}",
+            "{{inputs.parameters.sha256}}",
         )
         launch = Container(
             name="launch",
             command=launch_cmd[:1],
             args=launch_cmd[1:],
-            inputs=[Parameter(name="experiment"), Parameter(name="trial"), Parameter(name="repetition")],
+            inputs=[
+                Parameter(name="experiment"),
+                Parameter(name="trial"),
+                Parameter(name="repetition"),
+                Parameter(name="sha256"),
+            ],
             timeout=plan.launch_template_timeout,
             # Only pod-level errors (eviction, node loss) are retried: the job's name is deterministic, so
             # a retried launch finds its job and goes on waiting. A failed benchmark is never rerun.
@@ -154,6 +160,7 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
                     "experiment": "{{steps.configure.outputs.parameters.experiment}}",
                     "trial": "{{item.trial}}",
                     "repetition": "{{item.repetition}}",
+                    "sha256": "{{item.sha256}}",
                 },
             )
     return builder

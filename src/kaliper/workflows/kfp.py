@@ -77,10 +77,10 @@ def _components(plan: ClusterPlan) -> tuple[Any, Any, Any]:
 
     @dsl.container_component  # type: ignore[untyped-decorator]
     def launch(
-        storage: str, workflow_name: str, experiment: str, trial: str, repetition: str
+        spec: str, storage: str, workflow_name: str, experiment: str, trial: str, repetition: str, sha256: str
     ) -> dsl.ContainerSpec:
-        ph = _placeholders("", storage, workflow_name, "")  # launch reads neither the spec nor the time
-        return _container(plan.image, launch_argv(plan, ph, experiment, trial, repetition))
+        ph = _placeholders(spec, storage, workflow_name, "")  # launch does not read the time
+        return _container(plan.image, launch_argv(plan, ph, experiment, trial, repetition, sha256))
 
     @dsl.container_component  # type: ignore[untyped-decorator]
     def report(spec: str, storage: str, workflow_name: str, workflow_created: str) -> dsl.ContainerSpec:
@@ -160,11 +160,13 @@ def _pipeline(plan: ClusterPlan) -> Any:
                 # No retry: KFP retries on any failure (it has no Argo-like OnError policy), so a failed or
                 # timed-out benchmark would be waited on again, a timed-out one for another full timeout.
                 task = launch(
+                    spec=spec,
                     storage=storage,
                     workflow_name=WORKFLOW_NAME,
                     experiment=cfg.outputs[EXPERIMENT],
                     trial=item.trial,
                     repetition=item.repetition,
+                    sha256=item.sha256,
                 )
                 _pod(plan, task, "launch", retries=0)
                 kubernetes.set_timeout(task, plan.launch_deadline_s)  # the Argo template timeout

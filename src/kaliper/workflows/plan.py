@@ -172,12 +172,16 @@ def configure_argv(
 
 
 def launch_argv(
-    plan: ClusterPlan, ph: Placeholders, experiment: str, trial: str, repetition: str
+    plan: ClusterPlan, ph: Placeholders, experiment: str, trial: str, repetition: str, sha256: str
 ) -> list[str]:
+    """The launch step: it checks job.yaml against the sha256 from the configure step's runs list and
+    against the workflow's spec (not the copy in storage, which benchmark pods can rewrite)."""
     argv = [
         "kaliper",
         "step",
         "launch",
+        "--spec-text",
+        ph.spec,
         "--storage",
         ph.storage,
         "--experiment",
@@ -186,6 +190,8 @@ def launch_argv(
         trial,
         "--repetition",
         repetition,
+        "--job-sha256",
+        sha256,
         "--workflow-name",
         ph.workflow_name,
         "--timeout",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -10,6 +11,11 @@ from kaliper.errors import ParameterError
 
 ParamValue = int | float | str | bool
 _TYPE_NAMES: dict[type, str] = {int: "integer", float: "number", str: "string", bool: "boolean"}
+# Bounds for every parameter that declares none: sizes and counts fit a C int (what the frameworks take),
+# numbers are finite, and text is short and printable (it travels on a command line and in JSON).
+INT_MAXIMUM = 2**31 - 1
+FLOAT_MAXIMUM = 1e15
+STRING_MAX_LENGTH = 1024
 
 
 @dataclass(frozen=True)
@@ -22,6 +28,7 @@ class Param:
     help: str
     choices: tuple[ParamValue, ...] = ()
     minimum: float | None = None
+    maximum: float | None = None
 
     def coerce(self, value: Any, where: str) -> ParamValue:
         """The value as this parameter's type; ParameterError naming `where` when it cannot be."""
@@ -30,17 +37,39 @@ class Param:
         if isinstance(value, str) and self.type is not str:
             result = self._from_string(value, where)
         elif self.type is float and isinstance(value, int) and not isinstance(value, bool):
-            result = float(value)
+            result = float(value) if abs(value) <= INT_MAXIMUM**2 else math.inf  # float() could overflow
         elif type(value) is not self.type:
             raise ParameterError(f"{where}: expected {expected}, found {_describe(value)}")
         else:
             result = cast(ParamValue, value)
         if self.choices and result not in self.choices:
             allowed = ", ".join(str(c) for c in self.choices)
-            raise ParameterError(f"{where}: expected one of {allowed}, found {result!r}")
-        if self.minimum is not None and isinstance(result, int | float) and result < self.minimum:
-            raise ParameterError(f"{where}: expected a value >= {self.minimum:g}, found {result!r}")
+            raise ParameterError(f"{where}: expected one of {allowed}, found {_short(result)}")
+        self._check_bounds(result, where)
         return result
+
+    def _check_bounds(self, result: ParamValue, where: str) -> None:
+        """Declared bounds, and for every parameter: finite numbers within INT_MAXIMUM / FLOAT_MAXIMUM,
+        strings of at most STRING_MAX_LENGTH printable characters."""
+        if isinstance(result, str):
+            if len(result) > STRING_MAX_LENGTH:
+                raise ParameterError(
+                    f"{where}: expected a string of at most {STRING_MAX_LENGTH} characters, found {len(result)}"
+                )
+            if any(not c.isprintable() for c in result):
+                raise ParameterError(f"{where}: expected printable text, found {_short(result)}")
+            return
+        if isinstance(result, bool):
+            return
+        if isinstance(result, float) and not math.isfinite(result):
+            raise ParameterError(f"{where}: expected a finite number, found {result!r}")
+        default_max = INT_MAXIMUM if isinstance(result, int) else FLOAT_MAXIMUM
+        maximum = self.maximum if self.maximum is not None else default_max
+        minimum = self.minimum if self.minimum is not None else -default_max
+        if result < minimum:
+            raise ParameterError(f"{where}: expected a value >= {_number(minimum)}, found {_short(result)}")
+        if result > maximum:
+            raise ParameterError(f"{where}: expected a value <= {_number(maximum)}, found {_short(result)}")
 
     def _from_string(self, text: str, where: str) -> ParamValue:
         """Parse command-line text (`--param matrix_size=512`) as the declared type."""
@@ -55,7 +84,20 @@ class Param:
                 return int(text)
             return float(text)
         except ValueError:
-            raise ParameterError(f"{where}: expected {expected}, found {text!r}") from None
+            raise ParameterError(f"{where}: expected {expected}, found {_short(text)}") from None
+
+
+def _number(bound: float) -> str:
+    """A bound as people write it: 1, 2147483647, 1e+15."""
+    return str(int(bound)) if float(bound).is_integer() and abs(bound) < 1e12 else f"{bound:g}"
+
+
+def _short(value: Any) -> str:
+    """repr shortened; huge integers by their size (str() refuses more than 4,300 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _describe(value: Any) -> str:
@@ -66,7 +108,7 @@ def _describe(value: Any) -> str:
         kind = "list"
     elif isinstance(value, dict):
         kind = "mapping"
-    return f"{kind} {value!r}"
+    return f"{kind} {_short(value)}"
 
 
 @dataclass(frozen=True)

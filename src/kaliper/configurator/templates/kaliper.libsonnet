@@ -78,6 +78,18 @@
     labels: $.labels(run),
   } + (if run.namespace != null then { namespace: run.namespace } else {}),
 
+  // The benchmark runs as the images' non-root user (uid/gid 1000, as the step pods' image does), cannot
+  // gain privileges, holds no capabilities and gets the runtime's default seccomp filter. The root
+  // filesystem stays writable: workloads write to /tmp (generated image files) and framework caches.
+  securityContext:: {
+    runAsNonRoot: true,
+    runAsUser: 1000,
+    runAsGroup: 1000,
+    allowPrivilegeEscalation: false,
+    capabilities: { drop: ['ALL'] },
+    seccompProfile: { type: 'RuntimeDefault' },
+  },
+
   container(name, port, run, job, workload, params, sampling):: {
     name: name,
     image: job.image,
@@ -87,6 +99,7 @@
     env: $.env(run, job),
     ports: [port],
     resources: $.resources(job),
+    securityContext: $.securityContext,
   },
 
   podTemplate(container, run, job):: {

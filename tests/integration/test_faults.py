@@ -1,0 +1,503 @@
+"""The fault suite: a real `kaliper run` in a subprocess, one fault injected in the middle of it.
+
+For every fault: no finished measurement is lost (every record a replica measured is in storage once the
+fault is over and `kaliper report` ran), a report is produced, no replica process is left, and the exit
+code is the documented one. The table (fault → records measured / stored at the end of the run /
+recovered, report, seconds) is printed at the end of the module (`pytest -s` or the terminal summary).
+
+Faults need real parts: moto_server behind a TCP proxy (S3 outages), a bind mount remounted read-only
+and a small tmpfs (root and mount(8); CI runs as root), a server that accepts and never answers (hung
+Prometheus/Pushgateway), a port nobody listens on (dead ones).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import skip_or_fail
+from kaliper.storage import layout
+from s3_server import BUCKET, S3Server, s3_server_fixture  # noqa: F401 - registers the `s3_server` fixture
+from tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.slow
+
+SPEC = """
+name: faults
+workload:
+  name: pi-matmul
+  framework: pytorch
+  params: {{dtype: float32, device: cpu, threads: 1, calls_per_sample: 1}}
+matrix:
+  matrix_size: [64, 128]
+repetitions: {repetitions}
+sampling: {{warmup: 1, target_rel_ci: 0.0001, min_samples: 6, max_samples: 100000, max_time: {max_time}}}
+job:
+  kind: PyTorchJob
+  replicas: {{Master: 1}}
+  image: ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0
+  resources: {{cpu: "1", memory: 2Gi}}
+  timeout: 2m
+storage: file://./store
+"""
+RUNS = 4
+REPORT_FILES = ("summary.json", "results.csv", "report.md", "report.html")
+TABLE: list[dict[str, Any]] = []
+
+
+# ---------------------------------------------------------------------------------------------- harness
+
+
+@dataclass
+class Outcome:
+    rc: int
+    stdout: str
+    stderr: str
+    seconds: float
+    experiment: str
+
+
+class Harness:
+    """A `kaliper run` of SPEC in a subprocess, with its own spool, against `storage`."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        storage: str,
+        env: dict[str, str] | None = None,
+        max_time: str = "1s",
+        repetitions: int = 2,
+    ):
+        self.tmp = tmp
+        self.storage = storage
+        self.spool = tmp / "spool"
+        (tmp / "spec.yaml").write_text(SPEC.format(max_time=max_time, repetitions=repetitions))
+        self.env = {
+            **os.environ,
+            "KALIPER_SPOOL_DIR": str(self.spool),
+            "KALIPER_STORAGE_RETRIES": "3",
+            "KALIPER_STORAGE_RETRY_DELAY": "0.2",
+            "KALIPER_STORAGE_RETRY_MAX_DELAY": "1",
+            "KALIPER_REPORT_WORKERS": "1",
+            **(env or {}),
+        }
+        self.proc: subprocess.Popen[str] | None = None
+        self.started = 0.0
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kaliper", "run", "spec.yaml", "--storage", self.storage],
+            cwd=self.tmp,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def wait(self, timeout: float = 300) -> Outcome:
+        assert self.proc is not None
+        out, err = self.proc.communicate(timeout=timeout)
+        seconds = time.monotonic() - self.started
+        experiment = next(
+            (line.split()[1] for line in out.splitlines() if line.startswith("experiment:")), ""
+        )
+        if not experiment:
+            experiment = next(
+                (w for w in (out + err).replace("/", " ").split() if w.startswith("faults-")), ""
+            )
+        return Outcome(self.proc.returncode, out, err, seconds, experiment.rstrip(":,)"))
+
+    def report(self, experiment: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "kaliper", "report", experiment, "--storage", self.storage],
+            cwd=self.tmp,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    def spooled_records(self) -> set[str]:
+        """Record keys held in the spool (the run's journal of what was measured)."""
+        return {
+            p.relative_to(objects).as_posix()
+            for objects in self.spool.glob("*/objects")
+            for p in objects.glob("experiments/*/trials/*/runs/*/*.json")
+            if p.name not in ("launch.json", "resources.json")
+        }
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 120, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def workload_pids(tag: str) -> list[int]:
+    """Processes whose environment carries KALIPER_STORAGE=... of this test (replicas of its runs)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if tag.encode() in environ and b"workload" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def measured_records(storage_keys: set[str], spool_keys: set[str], read: Callable[[str], bytes]) -> set[str]:
+    """Record keys whose record was measured by the workload (not a stand-in for a failed run)."""
+    measured = set()
+    for key in storage_keys | spool_keys:
+        if json.loads(read(key)).get("recorded_by") == "workload":
+            measured.add(key)
+    return measured
+
+
+def record_keys(keys: set[str] | list[str]) -> set[str]:
+    return {
+        k
+        for k in keys
+        if "/runs/" in k and k.endswith(".json") and not k.endswith(("launch.json", "resources.json"))
+    }
+
+
+def row(
+    fault: str, measured: int, stored: int, recovered: int, report: bool, seconds: float, rc: int
+) -> None:
+    TABLE.append(
+        {
+            "fault": fault,
+            "measured": measured,
+            "stored": stored,
+            "recovered": recovered,
+            "report": "yes" if report else "no",
+            "seconds": round(seconds, 1),
+            "exit": rc,
+        }
+    )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_table(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if not TABLE:
+        return
+    lines = [
+        "",
+        "fault | records measured | stored at the end of the run | in storage after recovery | report | s | exit",
+        "---|---|---|---|---|---|---",
+    ]
+    lines += [
+        f"{r['fault']} | {r['measured']} | {r['stored']} | {r['recovered']} | {r['report']} | {r['seconds']} | {r['exit']}"
+        for r in TABLE
+    ]
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    text = "\n".join(lines)
+    if reporter is not None:
+        reporter.write_line(text)
+    out = os.environ.get("KALIPER_FAULT_TABLE")
+    if out:
+        Path(out).write_text(text + "\n")
+
+
+# ---------------------------------------------------------------------------------------------- file storage
+
+
+def file_keys(root: Path) -> set[str]:
+    return {
+        p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")
+    }
+
+
+def check_file_run(
+    h: Harness, out: Outcome, fault: str, store: Path, recover: Callable[[], None] | None = None
+) -> None:
+    """Counts, recovery through `kaliper report`, report present, no process left; one table row."""
+    assert out.experiment, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    stored_at_end = record_keys(file_keys(store))
+    spooled = h.spooled_records()
+    if recover is not None:
+        recover()
+        again = h.report(out.experiment)
+        assert again.returncode in (0, 1), again.stderr
+        assert "Traceback" not in again.stderr
+    after = record_keys(file_keys(store))
+
+    def read(key: str) -> bytes:
+        path = store / key
+        return path.read_bytes() if path.exists() else next(h.spool.glob(f"*/objects/{key}")).read_bytes()
+
+    measured = measured_records(stored_at_end, spooled, read)
+    assert measured <= after, f"lost: {sorted(measured - after)}"
+    report = all((store / layout.report_key(out.experiment, n)).is_file() for n in REPORT_FILES)
+    assert report
+    assert not workload_pids(str(store)), "a replica outlived the run"
+    row(
+        fault,
+        len(measured),
+        len(measured & stored_at_end),
+        len(measured & after),
+        report,
+        out.seconds,
+        out.rc,
+    )
+
+
+def test_replica_sigkill(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    h = Harness(tmp_path, f"file://{store}", max_time="2s")
+    h.start()
+    wait_for(lambda: bool(record_keys(file_keys(store))), what="a first record")
+    first = set(workload_pids(str(store)))  # the first run's replica may still be exiting
+    wait_for(lambda: bool(set(workload_pids(str(store))) - first), what="the next run's replica")
+    for pid in set(workload_pids(str(store))) - first:
+        os.kill(pid, signal.SIGKILL)
+    out = h.wait()
+    assert out.rc == 1, out.stderr  # a run failed; the report is written
+    assert "SIGKILL" in out.stderr or "signal 9" in out.stderr or "-9" in out.stderr, out.stderr
+    check_file_run(h, out, "replica SIGKILL", store)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_kaliper_run_signal(tmp_path: Path, sig: signal.Signals, code: int) -> None:
+    store = tmp_path / "store"
+    h = Harness(tmp_path, f"file://{store}", max_time="2s")
+    h.start()
+    wait_for(lambda: bool(record_keys(file_keys(store)) and workload_pids(str(store))), what="a second run")
+    assert h.proc is not None
+    h.proc.send_signal(sig)
+    out = h.wait(timeout=60)
+    assert out.rc == code, out.stderr
+    assert "interrupted" in out.stderr
+    check_file_run(h, out, f"kaliper run {sig.name}", store)
+    # the run that was measuring is recorded as failed, with the reason
+    launches = [json.loads(p.read_text()) for p in store.rglob("launch.json")]
+    assert any(d["reason"] == "Interrupted" and sig.name in d["message"] for d in launches), launches
+
+
+def _mount(*args: str) -> None:
+    subprocess.run(["mount", *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def mountable(tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        skip_or_fail("mount faults (read-only, disk full) need root and mount(8)")
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    try:
+        _mount("-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe))
+    except subprocess.CalledProcessError as exc:
+        skip_or_fail(f"cannot mount here: {exc.stderr.decode().strip()}")
+    subprocess.run(["umount", str(probe)], check=True)
+
+
+def test_storage_read_only_mid_run(tmp_path: Path, mountable: None) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    _mount("--bind", str(store), str(store))
+    try:
+        h = Harness(tmp_path, f"file://{store}")
+        h.start()
+        wait_for(lambda: bool(record_keys(file_keys(store))), what="a first record")
+        _mount("-o", "remount,ro,bind", str(store))
+        out = h.wait()
+        assert out.rc == 1, out.stderr  # storage failed; results kept in the spool
+        assert "local spool" in out.stderr and f"kaliper report {out.experiment}" in out.stderr, out.stderr
+        check_file_run(
+            h, out, "storage read-only mid-run", store, lambda: _mount("-o", "remount,rw,bind", str(store))
+        )
+    finally:
+        subprocess.run(["umount", str(store)], check=False)
+
+
+def test_disk_full_mid_run(tmp_path: Path, mountable: None) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    _mount("-t", "tmpfs", "-o", "size=8m", "tmpfs", str(store))
+    filler = store / ".filler"
+    try:
+        h = Harness(tmp_path, f"file://{store}")
+        h.start()
+        wait_for(lambda: bool(record_keys(file_keys(store))), what="a first record")
+        with open(filler, "wb") as handle, contextlib.suppress(OSError):
+            while True:
+                handle.write(b"\0" * (1 << 20))
+                handle.flush()
+        out = h.wait()
+        assert out.rc == 1, out.stderr
+        check_file_run(h, out, "disk full mid-run", store, lambda: filler.unlink())
+    finally:
+        subprocess.run(["umount", str(store)], check=False)
+
+
+# ---------------------------------------------------------------------------------------------- S3
+
+
+@pytest.fixture
+def proxied_s3(s3_server: S3Server) -> Iterator[tuple[S3Server, TcpProxy]]:
+    proxy = TcpProxy(s3_server.port)
+    proxy.up()
+    try:
+        yield s3_server, proxy
+    finally:
+        proxy.down()
+
+
+def s3_keys(server: S3Server, prefix: str) -> set[str]:
+    return {k[len(prefix) :] for k in server.keys(prefix)}
+
+
+def check_s3_run(
+    h: Harness, out: Outcome, fault: str, server: S3Server, prefix: str, recover: Callable[[], None] | None
+) -> None:
+    assert out.experiment, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    stored_at_end = record_keys(s3_keys(server, prefix))
+    spooled = h.spooled_records()
+    if recover is not None:
+        recover()
+    if out.rc != 0 or recover is not None:
+        again = h.report(out.experiment)
+        assert again.returncode in (0, 1), again.stderr
+    after_keys = s3_keys(server, prefix)
+    after = record_keys(after_keys)
+    client = server.client()
+
+    def read(key: str) -> bytes:
+        if key in after_keys:
+            response = client.get_object(server.bucket, prefix + key)
+            try:
+                return bytes(response.read())
+            finally:
+                response.close()
+                response.release_conn()
+        return next(h.spool.glob(f"*/objects/{key}")).read_bytes()
+
+    measured = measured_records(stored_at_end | after, spooled, read)
+    assert measured <= after, f"lost: {sorted(measured - after)}"
+    assert len(measured) >= 1
+    report = all(layout.report_key(out.experiment, n) in after_keys for n in REPORT_FILES)
+    assert report
+    assert not workload_pids(prefix.strip("/")), "a replica outlived the run"
+    row(
+        fault,
+        len(measured),
+        len(measured & stored_at_end),
+        len(measured & after),
+        report,
+        out.seconds,
+        out.rc,
+    )
+
+
+@pytest.mark.parametrize("outage", [2.0, 30.0])
+def test_s3_outage(tmp_path: Path, proxied_s3: tuple[S3Server, TcpProxy], outage: float) -> None:
+    server, proxy = proxied_s3
+    prefix = f"outage{int(outage)}/"
+    h = Harness(
+        tmp_path, f"s3://{BUCKET}/{prefix.rstrip('/')}", server.env(KALIPER_S3_ENDPOINT=proxy.endpoint)
+    )
+    h.start()
+    wait_for(lambda: bool(record_keys(s3_keys(server, prefix))), what="a first record")
+    proxy.down()
+    timer = threading.Timer(outage, proxy.up)
+    timer.start()
+    out = h.wait()
+    timer.join()
+    assert out.rc in (0, 1), out.stderr  # 0: the outage ended before the report; 1: results spooled
+    if out.rc == 1:
+        assert "local spool" in out.stderr, out.stderr
+    check_s3_run(h, out, f"S3 outage {outage:g} s", server, prefix, None)
+
+
+def test_s3_restarted_empty(tmp_path: Path, s3_server: S3Server) -> None:
+    prefix = "restarted/"
+    h = Harness(tmp_path, f"s3://{BUCKET}/{prefix.rstrip('/')}", s3_server.env())
+    h.start()
+    wait_for(lambda: bool(record_keys(s3_keys(s3_server, prefix))), what="a first record")
+    s3_server.restart()  # same port, same bucket name, nothing in it
+    out = h.wait()
+    assert out.rc in (0, 1), out.stderr
+    assert out.rc != 2, "storage losing objects is not bad input"
+    check_s3_run(h, out, "S3 restarted empty", s3_server, prefix, None)
+
+
+# ---------------------------------------------------------------------------------------------- monitoring
+
+
+class HungServer:
+    """Accepts connections and never answers (a hung Prometheus or Pushgateway)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                self.held.append(conn)
+
+    def close(self) -> None:
+        for conn in self.held:
+            conn.close()
+        self.sock.close()
+
+
+def dead_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.parametrize(
+    ("service", "state"),
+    [("prometheus", "dead"), ("prometheus", "hung"), ("pushgateway", "dead"), ("pushgateway", "hung")],
+)
+def test_monitoring_dead_or_hung(tmp_path: Path, service: str, state: str) -> None:
+    hung = HungServer() if state == "hung" else None
+    url = hung.url if hung is not None else dead_url()
+    variable = {"prometheus": "KALIPER_PROMETHEUS", "pushgateway": "KALIPER_PUSHGATEWAY"}[service]
+    store = tmp_path / "store"
+    try:
+        h = Harness(
+            tmp_path, f"file://{store}", {variable: url, "KALIPER_PROMETHEUS_DEADLINE": "5"}, repetitions=1
+        )
+        h.start()
+        out = h.wait()
+    finally:
+        if hung is not None:
+            hung.close()
+    assert out.rc == 0, out.stderr
+    check_file_run(h, out, f"{service} {state}", store)
+    assert len(record_keys(file_keys(store))) == RUNS // 2

@@ -279,6 +279,7 @@ def test_workload_prints_its_record_when_the_server_is_gone(
 ) -> None:
     for name, value in s3_server.env(KALIPER_STORAGE_RETRIES="2", KALIPER_STORAGE_RETRY_DELAY="0.01").items():
         monkeypatch.setenv(name, value)
+    monkeypatch.delenv("KALIPER_SPOOL_DIR", raising=False)  # a pod on a cluster: no local spool
     identity = RunIdentity("exp-1", "t000", 0, "Master", 0, None, None)
     record = failure_record(identity, "pi-matmul", None, {}, "failed", "x", datetime.now(UTC))
     s3_server.stop()

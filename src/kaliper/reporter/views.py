@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-from kaliper.errors import Redactor, redactor
 from kaliper.jobs.kubeflow import replica_name
 from kaliper.results.documents import FailureInfo, LaunchDoc
 from kaliper.results.record import Hardware, ResultRecord, Stack, WorkloadInfo
@@ -84,7 +83,6 @@ class Interner:
         self._workloads: dict[tuple[str, str | None, str | None, str], WorkloadInfo] = {}
         self._params: dict[bytes, dict[str, Any]] = {}
         self._strings: dict[str, str] = {}
-        self._redact: Redactor | None = None
 
     def workload(self, w: WorkloadInfo) -> WorkloadInfo:
         return self._workloads.setdefault((w.name, w.framework, w.framework_version, w.version), w)
@@ -133,28 +131,12 @@ class Interner:
         )
 
     def launch(self, doc: LaunchDoc) -> LaunchView:
-        """The view of a launch document, its failure message and log tail redacted: they quote what the
-        job printed, and every report file reads them from here (records redact themselves)."""
-        failure = doc.failure
-        message = doc.message
-        if failure is not None or doc.status != "succeeded":
-            clean = self._redactor()
-            message = clean(message)
-            if failure is not None:
-                failure = failure.model_copy(
-                    update={"message": clean(failure.message), "log_tail": clean(failure.log_tail)}
-                )
+        """The view of a launch document (its failure texts are redacted by the model itself)."""
         return LaunchView(
             status=self.string(doc.status) or "",
             reason=self.string(doc.reason) or "",
-            message=message,
+            message=doc.message,
             executor=self.string(doc.executor) or "",
             phases=dict(doc.phases),
-            failure=failure,
+            failure=doc.failure,
         )
-
-    def _redactor(self) -> Redactor:
-        """One Redactor per load (the environment looked up once, not per failed run)."""
-        if self._redact is None:
-            self._redact = redactor()
-        return self._redact

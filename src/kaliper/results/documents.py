@@ -10,9 +10,9 @@ from datetime import datetime
 from typing import Any, Final, Literal, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from kaliper.errors import SchemaVersionError, redact
+from kaliper.errors import SchemaVersionError, redactor
 from kaliper.spec.validation import describe_validation_error
 
 EXPERIMENT_SCHEMA: Final = "kaliper.experiment/v1"
@@ -93,8 +93,9 @@ class FailureInfo(Document):
     @field_validator("message", "log_tail")
     @classmethod
     def _redacted(cls, value: str) -> str:
-        """The failing replica's output may print credentials: never stored in launch.json."""
-        return redact(value)
+        """The failing replica's output may print credentials: never stored in launch.json, and cleaned
+        when an older launch.json is read."""
+        return redactor()(value)
 
 
 class LaunchDoc(Document):
@@ -113,6 +114,14 @@ class LaunchDoc(Document):
     replicas: list[ReplicaLaunch]
     failure: FailureInfo | None = None
     network: str | None = Field(None, description="local runs: isolated (private loopback namespace) or host")
+
+    @model_validator(mode="after")
+    def _message_redacted(self) -> LaunchDoc:
+        """A failed job's message may quote what it printed; a succeeded one's is the operator's own
+        (left alone: the reporter reads 100,000 of them)."""
+        if self.status != "succeeded":
+            self.message = redactor()(self.message)
+        return self
 
 
 class ResourceFigure(Document):

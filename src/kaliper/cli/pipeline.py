@@ -23,6 +23,7 @@ from kaliper.local.interrupt import StopRequest
 from kaliper.local.runner import RunOutcome, RunSettings, run_all
 from kaliper.reporter import ReportPaths, write_report
 from kaliper.spec import BenchmarkSpec, LoadedSpec
+from kaliper.spec.loader import workdir_of
 from kaliper.storage import FILE_SCHEME, Storage, file_path, layout, open_storage
 from kaliper.storage.spool import Spool, SpoolingStorage, spool_root
 
@@ -41,7 +42,16 @@ class LocalRunResult:
 
     @property
     def failed(self) -> list[RunOutcome]:
+        """Runs whose job failed (the executor's verdict)."""
         return [o for o in self.outcomes if not o.succeeded]
+
+    @property
+    def failed_count(self) -> int:
+        """Runs the report counts as failed: a job that succeeded without a usable record (no result
+        written, a pattern that never matched in an unwrapped job's log) failed too."""
+        runs = self.report.summary_document.get("runs")
+        reported = runs.get("failed", 0) if isinstance(runs, dict) else 0
+        return max(len(self.failed), reported if isinstance(reported, int) else 0)
 
 
 def absolute_storage_url(url: str) -> str:
@@ -82,6 +92,7 @@ def run_spec(
     whether everything reached storage (`stored`).
     """
     _check_local(loaded)
+    cwd = workdir_of(loaded) if loaded.spec.workload.command is not None else None
     url = absolute_storage_url(storage_url or loaded.spec.storage)
     storage = open_spooled(url, s3_defaults(loaded.spec))
     plan = configure(loaded, storage_url=url)  # configure: everything checked before anything is written
@@ -89,7 +100,7 @@ def run_spec(
     _warn_if_root(loaded)
     recover_spooled(storage, skip=plan.experiment.id)
     write_plan(plan, storage)
-    settings = RunSettings(should_stop=stop, env={env.SPOOL_DIR: str(spool_root())})
+    settings = RunSettings(should_stop=stop, env={env.SPOOL_DIR: str(spool_root())}, cwd=cwd)
     outcomes = run_all(storage, plan, console, settings)  # execute
     report = finish_report(storage, plan.experiment.id)  # report
     return LocalRunResult(plan.experiment.id, storage, outcomes, report)
@@ -173,10 +184,11 @@ def check_writable(storage: Storage) -> None:
 
 
 def _warn_if_root(loaded: LoadedSpec) -> None:
-    """A custom template names any command, which a local run executes as this user: say it for root."""
-    if loaded.spec.workload.template is not None and hasattr(os, "geteuid") and os.geteuid() == 0:
+    """A custom template or command runs anything, which a local run executes as this user: say it for root."""
+    own = loaded.spec.workload.template is not None or loaded.spec.workload.command is not None
+    if own and hasattr(os, "geteuid") and os.geteuid() == 0:
         print(
-            f"warning: running {loaded.source}'s job template as root: a spec is code, and its commands "
+            f"warning: running {loaded.source}'s own job as root: a spec is code, and its commands "
             "run with your privileges (run Kaliper as an ordinary user, or in a container)",
             file=sys.stderr,
         )

@@ -95,9 +95,9 @@ def run(
     unstored = unstored_error(result.storage, result.experiment_id)
     if unstored is not None:
         raise unstored
-    if result.failed:
+    if result.failed_count:
         raise RunsFailedError(
-            f"{len(result.failed)} of {len(result.outcomes)} runs failed; the report lists them ({result.report.markdown})"
+            f"{result.failed_count} of {len(result.outcomes)} runs failed; the report lists them ({result.report.markdown})"
         )
 
 

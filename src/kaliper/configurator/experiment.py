@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from kaliper import __version__
+from kaliper.configurator.command import render_command
 from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
 from kaliper.configurator.podenv import job_env
 from kaliper.configurator.render import BUILTIN_TEMPLATES, LIBRARY_DIR, TemplateEvaluator
@@ -97,7 +98,16 @@ def configure(
     experiment_id = experiment_id or new_experiment_id(spec.name, created)
     storage = storage_url or spec.storage
     template, roots = template_location(loaded)
-    workload = {"name": spec.workload.name or "custom", "framework": spec.workload.framework}
+    rules = spec.workload.rules()
+    workload: dict[str, Any] = {
+        "name": spec.workload.name or "custom",
+        "framework": spec.workload.framework,
+        # a command workload: its argv (rendered per trial below), whether `kaliper exec` wraps it, and
+        # the extraction rules the wrapper (or the executor reading logs) applies
+        "command": None,
+        "wrap": spec.workload.wrap,
+        "rules": None if rules is None else rules.to_json(),
+    }
     sampling = spec.sampling.model_dump()
     sampling["max_time_s"] = sampling.pop("max_time")
 
@@ -127,7 +137,14 @@ def configure(
             "tolerations": [t.to_kubernetes() for t in spec.job.tolerations],
             "success_policy": spec.job.success_policy,
         }
-        arguments = {"run": run, "job": job, "workload": workload, "params": params, "sampling": sampling}
+        command = None if spec.workload.command is None else render_command(spec.workload.command, params)
+        arguments = {
+            "run": run,
+            "job": job,
+            "workload": {**workload, "command": command},
+            "params": params,
+            "sampling": sampling,
+        }
         pending.append((index, stack, point, params, arguments))
 
     # One bounded worker renders every trial (kaliper.configurator.render), then every manifest is checked:
@@ -165,6 +182,7 @@ def configure(
             "template": spec.workload.template,
             "framework": spec.workload.framework,
             "params": spec.workload.params,
+            **_own_job(spec),
         },
         repetitions=spec.repetitions,
         sampling=sampling,
@@ -174,6 +192,19 @@ def configure(
         report=spec.report.model_dump(),
     )
     return ExperimentPlan(experiment=experiment, trials=trials, spec_text=loaded.text)
+
+
+def _own_job(spec: BenchmarkSpec) -> dict[str, Any]:
+    """What experiment.json says of the user's own job (nothing for a built-in workload, whose documents
+    stay as they were): the command, whether it is wrapped, the extraction rules runners apply."""
+    rules = spec.workload.rules()
+    if spec.workload.command is None and rules is None:
+        return {}
+    return {
+        "command": spec.workload.command,
+        "wrap": spec.workload.wrap,
+        "rules": None if rules is None else rules.to_json(),
+    }
 
 
 def _describe(loaded: LoadedSpec, template: Path) -> str:

@@ -66,7 +66,10 @@ def load_spec(path: str | Path) -> LoadedSpec:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    return spec_from_text(text, source, path.parent)
+    loaded = spec_from_text(text, source, path.parent)
+    if loaded.spec.workload.workdir is not None:
+        workdir_of(loaded)  # a spec file on this machine: its local working directory must be there
+    return loaded
 
 
 def spec_from_text(text: str, source: str, base_dir: Path) -> LoadedSpec:
@@ -90,6 +93,20 @@ def spec_from_text(text: str, source: str, base_dir: Path) -> LoadedSpec:
         if not found:
             raise SpecError(f"{source}: workload.template: no such file {short(str(template), 200)}")
     return LoadedSpec(spec=spec, text=text, source=source, base_dir=base_dir)
+
+
+def workdir_of(loaded: LoadedSpec) -> Path:
+    """Where a local run starts the replicas of a command workload: `workload.workdir` relative to the
+    spec's directory (default: that directory). A SpecError when it is not a directory."""
+    given = loaded.spec.workload.workdir
+    path = loaded.base_dir if given is None else loaded.base_dir / given
+    try:
+        found = path.is_dir()
+    except (OSError, ValueError):
+        found = False
+    if not found:
+        raise SpecError(f"{loaded.source}: workload.workdir: no such directory {short(str(path), 200)}")
+    return path.resolve()
 
 
 def json_key(value: Any) -> tuple[str, Any]:

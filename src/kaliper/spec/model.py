@@ -6,11 +6,10 @@ Reading a file into this model (YAML limits, messages naming the file) is `kalip
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from kaliper import __version__
 from kaliper.errors import StorageURLError
@@ -27,37 +26,14 @@ from kaliper.spec.job import (
 )
 from kaliper.spec.kubenames import check_dns1035_label, check_dns1123_subdomain, require
 from kaliper.spec.services import MonitoringSpec, ReportSpec, S3Spec, StrictModel
+from kaliper.spec.workload import Scalar, WorkloadSpec, param_names, placeholders
 from kaliper.storage import DEFAULT_STORAGE_URL, check_storage_url, file_path
 
 # RFC 1035 label: the training operator names a Service per replica after the job, and Service names
 # must start with a letter.
 DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
 TIMEZONE = re.compile(r"[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*")
 MAX_TEXT = 4096
-
-
-def _scalar(value: int | float | str | bool) -> int | float | str | bool:
-    """Parameter values travel as JSON and on command lines: finite numbers, short printable text."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"expected a finite number, found {value!r}")
-    if isinstance(value, str):
-        if len(value) > MAX_TEXT:
-            raise ValueError(f"expected at most {MAX_TEXT} characters, found {len(value)}")
-        if not value.isprintable():
-            raise ValueError("expected printable text without control characters")
-    return value
-
-
-def _scalar_type(value: Any) -> Any:
-    """One message for a list or mapping where a value belongs (not one per member of the union)."""
-    if value is None or not isinstance(value, int | float | str):
-        kind = {"NoneType": "null", "list": "list", "dict": "mapping"}.get(type(value).__name__, "")
-        raise ValueError(f"expected a number, string or boolean, found {kind or type(value).__name__}")
-    return value
-
-
-Scalar = Annotated[int | float | str | bool, BeforeValidator(_scalar_type), AfterValidator(_scalar)]
 
 
 def _text(value: str | None) -> str | None:
@@ -67,37 +43,6 @@ def _text(value: str | None) -> str | None:
 
 
 Text = Annotated[str | None, AfterValidator(_text)]
-
-
-def _param_names(value: dict[str, Any]) -> dict[str, Any]:
-    for key in value:
-        if not PARAM_NAME.fullmatch(key):
-            shown = key if len(key) <= 60 else key[:57] + "..."
-            raise ValueError(
-                "expected parameter names of letters, digits, '_', '.' and '-', starting with a letter or '_', "
-                f"at most 63 characters, found {shown!r}"
-            )
-    return value
-
-
-class WorkloadSpec(StrictModel):
-    name: str | None = Field(None, description="built-in workload name (kaliper workloads lists them)")
-    template: str | None = Field(None, description="jsonnet job template, relative to the spec file")
-    framework: Literal["pytorch", "tensorflow"] = "pytorch"
-    params: Annotated[dict[str, Scalar], AfterValidator(_param_names)] = Field(default_factory=dict)
-
-    @field_validator("name", "template")
-    @classmethod
-    def _short_text(cls, value: str | None) -> str | None:
-        if value is not None and (not value or len(value) > 1024 or not value.isprintable()):
-            raise ValueError("expected a printable name or relative path of 1 to 1024 characters")
-        return value
-
-    @model_validator(mode="after")
-    def _name_or_template(self) -> WorkloadSpec:
-        if self.name is None and self.template is None:
-            raise ValueError("give a built-in workload `name`, a jsonnet `template`, or both")
-        return self
 
 
 class SamplingSpec(StrictModel):
@@ -216,7 +161,7 @@ class BenchmarkSpec(StrictModel):
     name: str = Field(description="DNS-1123 label, at most 30 characters; experiment ids derive from it")
     description: Text = None
     workload: WorkloadSpec
-    matrix: Annotated[dict[str, list[Scalar]], AfterValidator(_param_names)] = Field(default_factory=dict)
+    matrix: Annotated[dict[str, list[Scalar]], AfterValidator(param_names)] = Field(default_factory=dict)
     repetitions: StrictInt = Field(3, ge=1, le=1000)
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     job: JobSpec = Field(default_factory=JobSpec)
@@ -283,8 +228,21 @@ class BenchmarkSpec(StrictModel):
         return None if value is None else check_cron(value)
 
     @model_validator(mode="after")
+    def _placeholders_have_parameters(self) -> BenchmarkSpec:
+        known = {*self.workload.params, *self.matrix}
+        for i, argument in enumerate(self.workload.command or []):
+            for name in placeholders(argument):
+                if name not in known:
+                    have = ", ".join(sorted(known)) or "none"
+                    raise ValueError(
+                        f"workload.command[{i}]: placeholder {{{name}}} has no parameter; give {name} in "
+                        f"workload.params or matrix (parameters: {have}; write {{{{ and }}}} for literal braces)"
+                    )
+        return self
+
+    @model_validator(mode="after")
     def _framework_matches_job(self) -> BenchmarkSpec:
-        if self.workload.name is not None and self.workload.template is None:
+        if self.workload.template is None:
             expected = JOB_KIND_OF[self.workload.framework]
             if self.job.kind != expected:
                 raise ValueError(

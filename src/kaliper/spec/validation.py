@@ -59,6 +59,8 @@ def describe_validation_error(error: ValidationError, source: str) -> str:
             or isinstance(item.get("input"), dict)
         )
         found = "" if quiet else f" (found: {short(item.get('input'))})"
-        line = f"{source}: {location(loc)}: {message}{found}"
+        # a whole-spec check names its own fields (`workload.command[2]: ...`)
+        where = f"{location(loc)}: " if loc else ""
+        line = f"{source}: {where}{message}{found}"
         lines.append(line.replace("\r", " ").replace("\n", " "))  # one problem, one line
     return "\n".join(lines)

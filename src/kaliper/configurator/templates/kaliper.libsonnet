@@ -8,7 +8,8 @@
 //             credentials as secretKeyRefs to the Secret s3.secret (never values). `env(run, job)` appends it.
 //   job:      {kind, replicas, image, resources: {cpu, memory, gpu}, timeout_seconds,
 //              service_account, node_selector, tolerations, success_policy}
-//   workload: {name, framework}
+//   workload: {name, framework, command, wrap, rules}: command is the user's argv for this trial (null for
+//             a built-in workload), rules the extraction rules as JSON (kaliper.workloads.rules)
 //   params:   the workload's parameters (defaults included)
 //   sampling: {warmup, target_rel_ci, min_samples, max_samples, max_time_s, confidence}
 {
@@ -22,19 +23,40 @@
       if std.parseJson(short) == x then short else std.toString(x)
     else std.toString(x),
 
+  paramArgs(params)::
+    std.flattenArrays([['--param', k + '=' + $.arg(params[k])] for k in std.objectFields(params)]),
+
+  samplingArgs(sampling):: [
+    '--warmup', $.arg(sampling.warmup),
+    '--target-rel-ci', $.arg(sampling.target_rel_ci),
+    '--min-samples', $.arg(sampling.min_samples),
+    '--max-samples', $.arg(sampling.max_samples),
+    '--max-time', $.arg(sampling.max_time_s),
+    '--confidence', $.arg(sampling.confidence),
+  ],
+
   // Arguments of `kaliper workload`: every parameter and the sampling rule, explicit on the command
   // line so `kubectl describe pod` shows exactly what was measured.
   workloadArgs(workload, params, sampling)::
     ['workload', workload.name, '--framework', workload.framework]
-    + std.flattenArrays([['--param', k + '=' + $.arg(params[k])] for k in std.objectFields(params)])
-    + [
-      '--warmup', $.arg(sampling.warmup),
-      '--target-rel-ci', $.arg(sampling.target_rel_ci),
-      '--min-samples', $.arg(sampling.min_samples),
-      '--max-samples', $.arg(sampling.max_samples),
-      '--max-time', $.arg(sampling.max_time_s),
-      '--confidence', $.arg(sampling.confidence),
-    ],
+    + $.paramArgs(params) + $.samplingArgs(sampling),
+
+  // Arguments of `kaliper exec` wrapping the user's own `command` (workload.command, placeholders already
+  // replaced): the extraction rules (how figures are read from its output), its parameters (for the
+  // record) and the sampling rule (evaluated on the samples, never used to stop the job), then `--` and
+  // the command itself.
+  execArgs(workload, params, sampling, command=workload.command)::
+    ['exec', '--rules', workload.rules, '--workload', workload.name, '--framework', workload.framework]
+    + $.paramArgs(params) + $.samplingArgs(sampling) + ['--'] + command,
+
+  // The main container's command and args: a built-in workload runs `kaliper workload`; the user's own
+  // command runs under `kaliper exec` (wrap: true, the image contains Kaliper) or as it is (wrap: false:
+  // any image; the launch step reads the figures from the pod logs afterwards).
+  commandLine(workload, params, sampling)::
+    local own = std.get(workload, 'command', null);
+    if own == null then { command: ['kaliper'], args: $.workloadArgs(workload, params, sampling) }
+    else if std.get(workload, 'wrap', true) then { command: ['kaliper'], args: $.execArgs(workload, params, sampling) }
+    else { command: own },
 
   // Replica identity comes from the labels the training operator puts on every pod.
   fromLabel(name, label):: {
@@ -94,8 +116,7 @@
     name: name,
     image: job.image,
     imagePullPolicy: 'IfNotPresent',
-    command: ['kaliper'],
-    args: $.workloadArgs(workload, params, sampling),
+  } + $.commandLine(workload, params, sampling) + {
     env: $.env(run, job),
     ports: [port],
     resources: $.resources(job),

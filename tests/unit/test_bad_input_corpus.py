@@ -110,7 +110,9 @@ COMMAND_BASE = sub("  matrix_size: [16, 32]\n", "  batch: [1, 2]\n", COMMAND_BAS
 
 def metric(line: str) -> str:
     """COMMAND_BASE with its one metric replaced."""
-    return sub("    - {name: images_per_s, pattern: 'images/sec: ([0-9.]+)', unit: images/s}\n", line, COMMAND_BASE)
+    return sub(
+        "    - {name: images_per_s, pattern: 'images/sec: ([0-9.]+)', unit: images/s}\n", line, COMMAND_BASE
+    )
 
 
 LONG = "a" * 300
@@ -119,29 +121,102 @@ S3_CREDS = f"s3://{AWS_KEY_ID}:{AWS_SECRET}@bucket/prefix"
 
 CASES: list[Bad] = [
     # the user's own job (workload.command, metrics read from its output)
-    Bad("own-invalid-regex", metric("    - {name: x, pattern: 'images/sec: ([0-9.]+'}\n"), "workload.metrics[0].pattern"),
+    Bad(
+        "own-invalid-regex",
+        metric("    - {name: x, pattern: 'images/sec: ([0-9.]+'}\n"),
+        "workload.metrics[0].pattern",
+    ),
     Bad("own-regex-without-group", metric("    - {name: x, pattern: 'images/sec: [0-9.]+'}\n"), "no group"),
-    Bad("own-placeholder-without-parameter", sub("'{batch}'", "'{batch_size}'", COMMAND_BASE), "placeholder {batch_size}"),
+    Bad(
+        "own-placeholder-without-parameter",
+        sub("'{batch}'", "'{batch_size}'", COMMAND_BASE),
+        "placeholder {batch_size}",
+    ),
     Bad(
         "own-metric-names-clash",
         metric("    - {name: x, pattern: 'a ([0-9]+)'}\n    - {name: x, pattern: 'b ([0-9]+)'}\n"),
         "'x' is given twice",
     ),
-    Bad("own-metric-named-wall-time", metric("    - {name: wall_time, pattern: 'a ([0-9]+)'}\n"), "workload.metrics[0].name"),
-    Bad("own-metrics-format-with-metrics", sub("  metrics:\n", "  metrics_format: mllog\n  metrics:\n", COMMAND_BASE), "not both"),
-    Bad("own-unknown-better", metric("    - {name: x, pattern: 'a ([0-9]+)', better: faster}\n"), "workload.metrics[0].better"),
-    Bad("own-unknown-metrics-format", sub("  metrics:\n", "  metrics_format: csv\n  metrics:\n", COMMAND_BASE), "workload.metrics_format"),
-    Bad("own-metric-unknown-key", metric("    - {name: x, pattern: 'a ([0-9]+)', regex: 'b'}\n"), "workload.metrics[0].regex"),
-    Bad("own-negative-skip-first", metric("    - {name: x, pattern: 'a ([0-9]+)', skip_first: -1}\n"), "workload.metrics[0].skip_first"),
-    Bad("own-bad-replicas", metric("    - {name: x, pattern: 'a ([0-9]+)', replicas: workers}\n"), "workload.metrics[0].replicas"),
-    Bad("own-invalid-success-pattern", sub("  metrics:\n", "  success_pattern: '(unclosed'\n  metrics:\n", COMMAND_BASE), "workload.success_pattern"),
-    Bad("own-invalid-failure-pattern", sub("  metrics:\n", "  failure_pattern: '[a-'\n  metrics:\n", COMMAND_BASE), "workload.failure_pattern"),
-    Bad("own-command-string", sub("  command: [python, train.py, --batch-size, '{batch}']\n", "  command: python train.py\n", COMMAND_BASE), "workload.command"),
-    Bad("own-command-empty", sub("  command: [python, train.py, --batch-size, '{batch}']\n", "  command: []\n", COMMAND_BASE), "workload.command"),
-    Bad("own-name-and-command", sub("  command:", "  name: pi-matmul\n  command:", COMMAND_BASE), "`command`"),
-    Bad("own-metrics-on-builtin", sub("  params: {device: cpu, threads: 1}\n", "  params: {device: cpu, threads: 1}\n  success_pattern: done\n"), "built-in workload"),
-    Bad("own-absolute-workdir", sub("  metrics:\n", "  workdir: /etc\n  metrics:\n", COMMAND_BASE), "workload.workdir"),
-    Bad("own-workdir-missing", sub("  metrics:\n", "  workdir: nowhere\n  metrics:\n", COMMAND_BASE), "workload.workdir"),
+    Bad(
+        "own-metric-named-wall-time",
+        metric("    - {name: wall_time, pattern: 'a ([0-9]+)'}\n"),
+        "workload.metrics[0].name",
+    ),
+    Bad(
+        "own-metrics-format-with-metrics",
+        sub("  metrics:\n", "  metrics_format: mllog\n  metrics:\n", COMMAND_BASE),
+        "not both",
+    ),
+    Bad(
+        "own-unknown-better",
+        metric("    - {name: x, pattern: 'a ([0-9]+)', better: faster}\n"),
+        "workload.metrics[0].better",
+    ),
+    Bad(
+        "own-unknown-metrics-format",
+        sub("  metrics:\n", "  metrics_format: csv\n  metrics:\n", COMMAND_BASE),
+        "workload.metrics_format",
+    ),
+    Bad(
+        "own-metric-unknown-key",
+        metric("    - {name: x, pattern: 'a ([0-9]+)', regex: 'b'}\n"),
+        "workload.metrics[0].regex",
+    ),
+    Bad(
+        "own-negative-skip-first",
+        metric("    - {name: x, pattern: 'a ([0-9]+)', skip_first: -1}\n"),
+        "workload.metrics[0].skip_first",
+    ),
+    Bad(
+        "own-bad-replicas",
+        metric("    - {name: x, pattern: 'a ([0-9]+)', replicas: workers}\n"),
+        "workload.metrics[0].replicas",
+    ),
+    Bad(
+        "own-invalid-success-pattern",
+        sub("  metrics:\n", "  success_pattern: '(unclosed'\n  metrics:\n", COMMAND_BASE),
+        "workload.success_pattern",
+    ),
+    Bad(
+        "own-invalid-failure-pattern",
+        sub("  metrics:\n", "  failure_pattern: '[a-'\n  metrics:\n", COMMAND_BASE),
+        "workload.failure_pattern",
+    ),
+    Bad(
+        "own-command-string",
+        sub(
+            "  command: [python, train.py, --batch-size, '{batch}']\n",
+            "  command: python train.py\n",
+            COMMAND_BASE,
+        ),
+        "workload.command",
+    ),
+    Bad(
+        "own-command-empty",
+        sub("  command: [python, train.py, --batch-size, '{batch}']\n", "  command: []\n", COMMAND_BASE),
+        "workload.command",
+    ),
+    Bad(
+        "own-name-and-command", sub("  command:", "  name: pi-matmul\n  command:", COMMAND_BASE), "`command`"
+    ),
+    Bad(
+        "own-metrics-on-builtin",
+        sub(
+            "  params: {device: cpu, threads: 1}\n",
+            "  params: {device: cpu, threads: 1}\n  success_pattern: done\n",
+        ),
+        "built-in workload",
+    ),
+    Bad(
+        "own-absolute-workdir",
+        sub("  metrics:\n", "  workdir: /etc\n  metrics:\n", COMMAND_BASE),
+        "workload.workdir",
+    ),
+    Bad(
+        "own-workdir-missing",
+        sub("  metrics:\n", "  workdir: nowhere\n  metrics:\n", COMMAND_BASE),
+        "workload.workdir",
+    ),
     # unknown keys, wrong types, missing fields
     Bad("unknown-top-key", BASE + "colour: red\n", "colour"),
     Bad("unknown-nested-key", sub("{warmup: 0,", "{warmupp: 0,"), "sampling.warmupp"),
@@ -502,7 +577,9 @@ def test_corpus_is_large_and_ids_unique() -> None:
 
 
 @pytest.mark.parametrize(
-    "base", [BASE, matrix("[1, 2]", "batch", TEMPLATE_BASE), COMMAND_BASE], ids=["builtin", "template", "command"]
+    "base",
+    [BASE, matrix("[1, 2]", "batch", TEMPLATE_BASE), COMMAND_BASE],
+    ids=["builtin", "template", "command"],
 )
 def test_base_specs_are_valid(base: str, tmp_path: Path) -> None:
     """Controls: the specs the cases fault load cleanly, so each fault is what is refused."""

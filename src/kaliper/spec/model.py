@@ -7,7 +7,7 @@ Reading a file into this model (YAML limits, messages naming the file) is `kalip
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 

@@ -198,9 +198,7 @@ class WorkloadSpec(StrictModel):
     @property
     def reads_output(self) -> bool:
         """Whether figures or the run's verdict come from what the job prints."""
-        return bool(
-            self.metrics or self.metrics_format or self.success_pattern or self.failure_pattern
-        )
+        return bool(self.metrics or self.metrics_format or self.success_pattern or self.failure_pattern)
 
     def rules(self) -> ExtractionRules | None:
         """How samples are read from the job's output; None for a built-in workload."""

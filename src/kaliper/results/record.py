@@ -16,7 +16,16 @@ from datetime import datetime
 from typing import Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from kaliper.errors import Redactor, is_secret_name, redact, redactor
 from kaliper.results.documents import load_versioned
@@ -72,7 +81,9 @@ class SamplingOutcome(Model):
     max_time_s: float
     confidence: float
     converged: bool
-    stop_reason: Literal["converged", "max_samples", "max_time"]
+    stop_reason: Literal["converged", "max_samples", "max_time", "job_ended"] = Field(
+        description="job_ended: a command workload's rule is only evaluated on what the job printed"
+    )
     rel_ci_width: float | None
 
 
@@ -99,6 +110,22 @@ class Metric(Model):
     formula: str | None = Field(None, description="how the value is derived from one sample's time")
     values: list[float] = Field(description="one value per timed sample, in sample order")
     summary: MetricSummary
+    warmup: list[float] = Field(
+        default_factory=list, description="values read but treated as warm-up (a command's skip_first)"
+    )
+    origin: list[str] | None = Field(
+        None, description="where each timed value was printed, e.g. 'stdout:12', to check against the log"
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Built-in workloads have neither: their records keep the bytes they had before these existed."""
+        data: dict[str, Any] = handler(self)
+        if not self.warmup:
+            data.pop("warmup", None)
+        if self.origin is None:
+            data.pop("origin", None)
+        return data
 
 
 class Package(Model):

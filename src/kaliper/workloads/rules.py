@@ -93,10 +93,10 @@ __all__ = [
     "EMIT_PREFIX",
     "METRICS_FILE_ENV",
     "WALL_TIME",
-    "compile_pattern",
     "Better",
     "ExtractionRules",
     "MetricsFormat",
     "PatternMetric",
     "ReplicaScope",
+    "compile_pattern",
 ]

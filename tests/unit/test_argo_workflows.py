@@ -7,6 +7,7 @@ Golden files live in manifests/workflowtemplates/ (installed by `kubectl apply -
 from __future__ import annotations
 
 import copy
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +19,10 @@ import yaml
 from conftest import EXAMPLES, REPO, CliRunner
 from k8s_schemas import argo_problems, crd_problems
 from kaliper.configurator import configure
-from kaliper.errors import SpecError
+from kaliper.errors import InputError, KaliperError, SpecError, TemplateError
 from kaliper.spec import LoadedSpec, load_spec, spec_from_text
 from kaliper.steps.jobobject import prepare_job
+from kaliper.steps.templates import imported_paths, parse_bundle
 from kaliper.workflows.argo import cron_workflow_document, workflow_document
 from kaliper.workflows.compile import compile_spec, dump_yaml
 from kaliper.workflows.plan import ARGO, cluster_plan, configure_argv, launch_argv, report_argv
@@ -234,8 +236,8 @@ def test_step_pods_get_the_workflow_node_selector_and_tolerations(tmp_path: Path
 def test_compile_refuses_what_a_cluster_cannot_run(tmp_path: Path) -> None:
     (tmp_path / "job.jsonnet").write_text("{}")
     custom = "name: custom\nworkload: {template: job.jsonnet}\n"
-    with pytest.raises(SpecError, match=r"workload\.template"):
-        cluster_plan(spec_from_text(custom, "custom.yaml", tmp_path))
+    with pytest.raises(TemplateError, match=r"workload\.template 'job\.jsonnet' .*apiVersion"):
+        cluster_plan(spec_from_text(custom, "custom.yaml", tmp_path))  # evaluated at compile time
     with pytest.raises(SpecError, match="must be absolute"):
         spec_from_text(
             (EXAMPLES / "quickstart.yaml").read_text() + "workflow: {storage: file://rel}\n",
@@ -394,3 +396,147 @@ def test_s3_secret_null_gives_the_steps_no_credential_env(tmp_path: Path, schema
     assert envs["configure"] == envs["launch"] == []
     assert [e["name"] for e in envs["report"]] == ["KALIPER_PROMETHEUS"]
     assert argo_problems(document, schemas_dir) == []
+
+
+# --- users' own jobs: a command workload, a custom template whose files travel in the workflow -----------
+
+OWN = Path(__file__).parent / "fixtures" / "own"
+OWN_GOLDEN = REPO / "tests" / "golden"
+OWN_SPECS = {"command": OWN / "command.yaml", "template": OWN / "template.yaml"}
+
+
+def _parameters(document: dict[str, Any]) -> dict[str, str]:
+    return {p["name"]: p["value"] for p in document["spec"]["arguments"]["parameters"]}
+
+
+@pytest.mark.parametrize("which", sorted(OWN_SPECS))
+def test_own_job_specs_compile_to_golden_objects_that_pass_the_schemas(which: str, schemas_dir: Path) -> None:
+    loaded = load_spec(OWN_SPECS[which])
+    for target in ("workflowtemplate", "workflow"):
+        text = compile_spec(loaded, target)
+        golden(OWN_GOLDEN / f"own-{which}.{target}.yaml", text)
+        assert argo_problems(yaml.safe_load(text), schemas_dir) == [], target
+    trials = configure(loaded, "own-x", "file:///kaliper-results").trials
+    golden(OWN_GOLDEN / f"own-{which}.job-t000.yaml", trials[0].job_yaml)  # what the configure step renders
+    for trial in trials:  # and the trainer CRDs
+        assert crd_problems(trial.manifest, schemas_dir) == [], trial.doc.id
+
+
+def test_a_command_spec_needs_no_templates_parameter() -> None:
+    document = workflow_document(cluster_plan(load_spec(OWN_SPECS["command"])), "WorkflowTemplate")
+    assert set(_parameters(document)) == {"spec", "storage"}
+    for template in document["spec"]["templates"]:
+        assert "--templates-json" not in (template.get("container") or {}).get("args", [])
+
+
+def test_a_custom_template_travels_with_its_imports_and_nothing_else() -> None:
+    document = workflow_document(cluster_plan(load_spec(OWN_SPECS["template"])), "WorkflowTemplate")
+    bundle = json.loads(_parameters(document)["templates"])
+    # the template and what it imports (import and importstr, from a subdirectory); not Kaliper's library
+    # (in the image), not a file only named in a comment
+    assert sorted(bundle) == [
+        "templates/job.jsonnet",
+        "templates/lib/banner.txt",
+        "templates/lib/parts.libsonnet",
+    ]
+    assert bundle["templates/lib/banner.txt"] == (OWN / "templates/lib/banner.txt").read_text()
+    steps = [t for t in document["spec"]["templates"] if t.get("container")]
+    assert {t["name"] for t in steps} == {"configure", "launch", "report"}
+    for template in steps:  # every step that loads the spec gets the files too
+        args = template["container"]["args"]
+        assert args[args.index("--templates-json") + 1] == "{{workflow.parameters.templates}}"
+
+
+def test_the_bundle_configures_on_the_cluster_as_on_the_laptop(
+    tmp_path: Path, kaliper: CliRunner, schemas_dir: Path
+) -> None:
+    """The configure step's own argv (placeholders filled in as Argo would), run in an empty directory."""
+    loaded = load_spec(OWN_SPECS["template"])
+    document = workflow_document(cluster_plan(loaded), "Workflow")
+    values = {f"{{{{workflow.parameters.{k}}}}}": v for k, v in _parameters(document).items()}
+    values["{{workflow.parameters.storage}}"] = f"file://{tmp_path / 'results'}"
+    values["{{workflow.name}}"] = "kaliper-own-template-x7k2p"
+    values["{{workflow.creationTimestamp}}"] = "2026-11-21T02:00:05Z"
+    (step,) = [t for t in document["spec"]["templates"] if t["name"] == "configure"]
+    argv = [
+        values.get(a, a).replace("/tmp/kaliper", str(tmp_path / "out")) for a in step["container"]["args"]
+    ]
+    (tmp_path / "empty").mkdir()
+    done = kaliper(*argv, cwd=tmp_path / "empty")
+    assert done.returncode == 0, done.stderr
+    experiment = (tmp_path / "out" / "experiment").read_text()
+    here = configure(loaded, "laptop-x", "file:///kaliper-results")
+    trials = tmp_path / "results" / "experiments" / experiment / "trials"
+    for trial in here.trials:
+        job = yaml.safe_load((trials / trial.doc.id / "job.yaml").read_text())
+        assert crd_problems(job, schemas_dir) == [], trial.doc.id
+        container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+        note = {"name": "TEMPLATE_NOTE", "value": "own-template: a banner read with importstr"}
+        assert note in container["env"]
+        assert (
+            container["args"]
+            == trial.manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0][
+                "args"
+            ]
+        )
+
+
+def test_templates_over_the_argument_limit_are_refused_naming_the_files(tmp_path: Path) -> None:
+    (tmp_path / "job.jsonnet").write_text("local big = importstr 'data/big.txt';\n{ big: std.length(big) }\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "big.txt").write_text("x" * 120_000)
+    text = "name: big\nworkload: {template: job.jsonnet, framework: pytorch}\njob: {kind: PyTorchJob}\n"
+    with pytest.raises(SpecError) as raised:
+        cluster_plan(spec_from_text(text, "big.yaml", tmp_path))
+    message = str(raised.value)
+    assert message.startswith("big.yaml: workload.template and its imports are ")
+    assert "data/big.txt (120000 bytes)" in message and "under 100000 bytes" in message
+    assert "MAX_ARG_STRLEN" in message
+
+
+def test_a_template_that_reaches_outside_the_spec_directory_fails_at_compile_time(tmp_path: Path) -> None:
+    (tmp_path / "outside.libsonnet").write_text("{}")
+    (tmp_path / "spec").mkdir()
+    (tmp_path / "spec" / "job.jsonnet").write_text("local o = import '../outside.libsonnet';\no\n")
+    text = "name: out\nworkload: {template: job.jsonnet, framework: pytorch}\njob: {kind: PyTorchJob}\n"
+    with pytest.raises(KaliperError, match="outside"):
+        cluster_plan(spec_from_text(text, "out.yaml", tmp_path / "spec"))
+
+
+def test_compiled_objects_over_the_object_limit_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kaliper.workflows import compile as compile_module
+
+    monkeypatch.setattr(compile_module, "MAX_OBJECT_BYTES", 5_000)
+    with pytest.raises(SpecError, match=r"the compiled WorkflowTemplate is \d+ bytes .* under 5000 bytes"):
+        compile_spec(load_spec(OWN_SPECS["template"]), "workflowtemplate")
+
+
+JSONNET_WITH_DECOYS = r"""
+// import 'a.libsonnet'
+# import 'b.libsonnet'
+/* import 'c.libsonnet' */
+local s = "import 'd.libsonnet'";
+local v = @'import ''e.libsonnet''';
+local x = import "x.libsonnet";
+local y = importstr @'y''s.txt';
+local z = importbin 'sub/z.bin';
+local t = |||
+  import 'f.libsonnet'
+|||;
+"""
+
+
+def test_jsonnet_imports_are_found_past_comments_and_strings() -> None:
+    assert imported_paths(JSONNET_WITH_DECOYS) == [
+        ("import", "x.libsonnet"),
+        ("importstr", "y's.txt"),
+        ("importbin", "sub/z.bin"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "bad", ['{"../escape.jsonnet": "{}"}', '{"/etc/passwd": "x"}', "[1]", "not json", '{"a": 1}']
+)
+def test_the_step_refuses_a_bundle_that_is_not_relative_files(bad: str) -> None:
+    with pytest.raises(InputError, match="--templates-json"):
+        parse_bundle(bad)

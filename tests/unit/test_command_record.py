@@ -13,9 +13,10 @@ from kaliper.results.protocol import RunIdentity
 from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import Hardware, Metric, MetricSummary, ResultRecord, Stack, load_record
 from kaliper.workloads.command_record import WALL_TIME_FORMULA, command_record
-from kaliper.workloads.extraction import Extraction, extract_text, judge
+from kaliper.workloads.extraction import Extraction, extract_text
 from kaliper.workloads.rules import WALL_TIME, ExtractionRules, PatternMetric
 from kaliper.workloads.sampling import SamplingRule
+from kaliper.workloads.verdict import judge
 
 PATTERN = r"([0-9.]+) images/sec"
 RULES = ExtractionRules(

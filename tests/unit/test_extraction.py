@@ -18,9 +18,9 @@ from kaliper.workloads.extraction import (
     compile_pattern,
     extract_text,
     guess_direction,
-    judge,
 )
 from kaliper.workloads.rules import EMIT_PREFIX, METRICS_FILE_ENV, ExtractionRules, PatternMetric
+from kaliper.workloads.verdict import judge
 
 IMAGES = PatternMetric("images_per_s", r"([0-9.]+) images/sec", "images/s", "higher", skip_first=2)
 LOSS = PatternMetric("loss", r"loss ([0-9.]+)", "", "lower")

@@ -482,3 +482,22 @@ def test_ir_is_the_same_after_hera_patched_pyyaml(tmp_path: Path) -> None:
         for mode in ("plain", "hera")
     ]
     assert outputs[0] == outputs[1]
+
+
+def test_a_custom_template_travels_in_the_kfp_pipeline(tmp_path: Path) -> None:
+    """The template spec of tests/unit/fixtures/own compiles to a pipeline whose `templates` input (a
+    pipeline parameter, default: the bundle) reaches every step's command line."""
+    own = Path(__file__).parent / "fixtures" / "own" / "template.yaml"
+    plan = cluster_plan(load_spec(own))
+    text = pipeline_yaml(plan)
+    path = REPO / "tests" / "golden" / "own-template.kfp.yaml"
+    if REGENERATE:
+        path.write_text(text)
+    assert path.read_text() == text, f"{path} drifted; {HOW_TO_REGENERATE}"
+    spec = _documents(text)[0]
+    root = spec["root"]["inputDefinitions"]["parameters"]
+    assert root["templates"]["defaultValue"] == plan.templates
+    for name in ("configure", "launch", "report"):
+        executor = spec["deploymentSpec"]["executors"][f"exec-{name}"]["container"]
+        args = executor["args"]
+        assert args[args.index("--templates-json") + 1] == _input("templates"), name

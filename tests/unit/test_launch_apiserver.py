@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,12 +29,14 @@ from kaliper.configurator import configure, write_plan
 from kaliper.configurator.jobcheck import JobExpectations
 from kaliper.errors import ExecutionError, InputError
 from kaliper.results.documents import LaunchDoc, to_document
+from kaliper.results.protocol import result_line
 from kaliper.results.record import load_record
 from kaliper.spec import spec_from_text
 from kaliper.steps import launch as launch_module
 from kaliper.steps.jobobject import RESULTS_VOLUME, WORKFLOW_LABEL, job_name
 from kaliper.steps.kubeapi import JobApi
 from kaliper.steps.launch import launch_run
+from kaliper.steps.logrecords import MAX_LOG_BYTES
 from kaliper.storage import Storage, layout, open_storage
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kube"
@@ -157,8 +160,12 @@ class Handler(BaseHTTPRequestHandler):
             if pod not in script.logs:
                 self._send(404, status(404, "NotFound", f'pods "{pod}" not found'))
                 return
-            lines = script.logs[pod].splitlines(keepends=True)
-            self._send(200, "".join(lines[-int(request.query["tailLines"]) :]), "text/plain")
+            text = script.logs[pod]
+            if "tailLines" in request.query:
+                text = "".join(text.splitlines(keepends=True)[-int(request.query["tailLines"]) :])
+            if "limitBytes" in request.query:
+                text = text.encode()[: int(request.query["limitBytes"])].decode(errors="replace")
+            self._send(200, text, "text/plain")
         elif segments[-1] in ("pytorchjobs", "tfjobs") and request.watch:
             self._watch(int(request.query["timeoutSeconds"]))
         elif segments[-1] in ("pytorchjobs", "tfjobs"):
@@ -545,3 +552,120 @@ def test_launch_rechecks_the_manifest_even_without_a_digest(tmp_path: Path, serv
         serviceAccountName="cluster-admin", volumes=[]))  # fmt: skip
     with pytest.raises(InputError, match=r"serviceAccountName: expected absent .*found 'cluster-admin'"):
         launch(storage, server, expect=sa)
+
+
+# ------------------------------------------------------------------ unwrapped images: records from logs
+
+UNWRAPPED = """\
+name: own
+workload:
+  command: [python, train_cnn.py, --batch-size, "{batch_size}", --steps, "30"]
+  framework: pytorch
+  wrap: false
+  params: {batch_size: 8}
+  metrics:
+    - {name: images_per_s, pattern: '([0-9.]+) images/sec', unit: images/s, better: higher, skip_first: 1}
+repetitions: 1
+sampling: {target_rel_ci: 0.05, min_samples: 10}
+job:
+  kind: PyTorchJob
+  namespace: bench
+  replicas: {Master: 1, Worker: 1}
+  image: registry.example.com/ml-team/train-cnn:1.0
+  timeout: 10m
+"""
+DIGEST = "sha256:9b2f4c1d8e7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c"
+PRINTED = [512.5, *(800.0 + (i * 7 % 11) * 0.25 for i in range(24))]  # a slow first step, then ~800
+
+
+def training_log(values: list[float]) -> str:
+    """What an unmodified training script prints (stderr lines interleaved, as the kubelet keeps them)."""
+    lines = ["Using device cpu", "WARNING: torch.compile is not available"]
+    for step, value in enumerate(values, 1):
+        lines.append(f"step {step}/{len(values)} | loss 2.30{step} | {value} images/sec | 9.8 ms/step")
+    return "\n".join([*lines, "Training finished"]) + "\n"
+
+
+def unwrapped_run(
+    tmp_path: Path, server: ApiServer, master_log: str | None
+) -> tuple[Storage, LaunchDoc, str]:
+    storage = open_storage("file://" + str(tmp_path / "results"))
+    loaded = spec_from_text(UNWRAPPED, "own.yaml", tmp_path)
+    write_plan(configure(loaded, experiment_id=EXP, storage_url=storage.url), storage)
+    name = job_name("own-t000", WF, EXP, "t000", 0)
+    rec = recording("pytorchjob-unwrapped-succeeded.json", name)
+    logs = {f"{name}-worker-0": "worker up\n"}
+    if master_log is not None:  # None: the API answers 404 (the pod was deleted)
+        logs[f"{name}-master-0"] = master_log
+    server.script = Script(lists=[listing(rec["job"])], pods=lambda job: rec["pods"], logs=logs)
+    return storage, launch(storage, server), name
+
+
+def test_unwrapped_replicas_get_records_read_from_their_pod_logs(tmp_path: Path, server: ApiServer) -> None:
+    storage, doc, name = unwrapped_run(tmp_path, server, training_log(PRINTED))
+    assert doc.status == "succeeded"
+    key = layout.record_key(EXP, "t000", 0, "Master", 0)
+    master = load_record(storage.get(key), key)
+    assert (master.ids.experiment, master.ids.trial, master.ids.repetition) == (EXP, "t000", 0)
+    assert (master.ids.replica_type, master.ids.replica_index) == ("Master", 0)
+    assert (master.status, master.recorded_by, master.error) == ("ok", "launcher", None)
+    metric = master.metrics["images_per_s"]
+    assert metric.values == PRINTED[1:]  # skip_first: 1
+    assert metric.summary.median == statistics.median(PRINTED[1:])
+    assert (metric.unit, metric.direction) == ("images/s", "more_is_better")
+    assert master.metrics["wall_time"].values == [33.0]  # startedAt 10:00:08 → finishedAt 10:00:41
+    assert master.stack.image == "registry.example.com/ml-team/train-cnn:1.0"
+    assert master.stack.image_digest == DIGEST
+    assert (master.hardware.hostname, master.hardware.arch) == ("gke-bench-pool-a-7f3c", "amd64")
+    assert master.hardware.cpu_quota_cores == 1.0 and master.hardware.cpu_model is None
+    worker_key = layout.record_key(EXP, "t000", 0, "Worker", 0)
+    worker = load_record(storage.get(worker_key), worker_key)
+    assert (worker.status, worker.hardware.hostname) == ("ok", "gke-bench-pool-a-2d9e")
+    assert "images_per_s" not in worker.metrics  # the metric is read from the primary only
+
+    # Each log read whole (bounded by limitBytes) from the replica's own pod and main container.
+    logs = sorted(
+        (r.path, r.query["container"], r.query.get("limitBytes")) for r in server.received("GET", "/log")
+    )
+    assert logs == [
+        (f"/api/v1/namespaces/bench/pods/{name}-master-0/log", "pytorch", str(MAX_LOG_BYTES)),
+        (f"/api/v1/namespaces/bench/pods/{name}-worker-0/log", "pytorch", str(MAX_LOG_BYTES)),
+    ]
+    assert all("tailLines" not in r.query for r in server.received("GET", "/log"))
+    # launch.json comes last, so a retried step does not read the logs again
+    seen = len(server.requests)
+    assert launch(storage, server) == doc and len(server.requests) == seen
+
+
+def test_an_unwrapped_log_without_a_match_gives_a_failed_record_with_the_reason(
+    tmp_path: Path, server: ApiServer
+) -> None:
+    storage, doc, _ = unwrapped_run(tmp_path, server, "Using device cpu\nloss 2.3\nTraining finished\n")
+    assert doc.status == "succeeded"  # the job did; the benchmark run did not
+    key = layout.record_key(EXP, "t000", 0, "Master", 0)
+    master = load_record(storage.get(key), key)
+    assert (master.status, master.recorded_by) == ("failed", "launcher")
+    assert master.error is not None
+    assert master.error.startswith("pattern '([0-9.]+) images/sec' never matched in master-0's output")
+    assert '"Training finished"' in master.error  # the last lines the pod printed
+    assert master.stack.image_digest == DIGEST
+
+
+def test_an_unreadable_log_says_so_in_the_record(tmp_path: Path, server: ApiServer) -> None:
+    storage, doc, name = unwrapped_run(tmp_path, server, None)
+    assert doc.status == "succeeded"
+    key = layout.record_key(EXP, "t000", 0, "Master", 0)
+    master = load_record(storage.get(key), key)
+    assert master.status == "failed" and master.error is not None
+    assert f"the log of pod {name}-master-0 is unavailable: " in master.error and "404" in master.error
+
+
+def test_a_wrapper_record_printed_in_the_log_is_stored_as_printed(tmp_path: Path, server: ApiServer) -> None:
+    """A wrapped replica whose storage failed printed its record as a KALIPER_RESULT line: that one wins."""
+    storage, _, _ = unwrapped_run(tmp_path, server, "placeholder")
+    key = layout.record_key(EXP, "t000", 0, "Master", 0)
+    printed = load_record(storage.get(key), key).model_copy(update={"recorded_by": "workload"})
+    (tmp_path / "again").mkdir()
+    storage2, _, _ = unwrapped_run(tmp_path / "again", server, result_line(printed.to_json_bytes()))
+    again = load_record(storage2.get(key), key)
+    assert again.recorded_by == "workload" and again == printed

@@ -17,6 +17,13 @@ step_app = typer.Typer(
 SpecText = Annotated[str, typer.Option("--spec-text", help="The spec YAML itself (a workflow parameter).")]
 Storage = Annotated[str, typer.Option(help="Storage URL for the experiment.")]
 WorkflowName = Annotated[str, typer.Option("--workflow-name", help="{{workflow.name}} or the KFP job name.")]
+Templates = Annotated[
+    str | None,
+    typer.Option(
+        "--templates-json",
+        help="The spec's workload.template and its imports (JSON: relative path -> text; a workflow parameter).",
+    ),
+]
 WorkflowCreated = Annotated[
     str, typer.Option("--workflow-created", help="Creation time of the workflow (RFC 3339).")
 ]
@@ -32,11 +39,14 @@ def step_configure(
     experiment_out: Annotated[
         Path, typer.Option("--experiment-out", help="Where to write the experiment id.")
     ],
+    templates_json: Templates = None,
 ) -> None:
     """Configure the experiment into storage and write the fan-out list of runs (trial × repetition)."""
     from kaliper.steps.configure import configure_step
 
-    done = configure_step(spec_text, storage, workflow_name, workflow_created, runs_out, experiment_out)
+    done = configure_step(
+        spec_text, storage, workflow_name, workflow_created, runs_out, experiment_out, templates_json
+    )
     print(f"experiment: {done.experiment}")
     print(f"runs: {len(done.runs)}")
 
@@ -61,6 +71,7 @@ def step_launch(
         str | None, typer.Option("--volume-claim", help="PVC holding file:// storage, mounted in the job.")
     ] = None,
     mount_path: Annotated[str | None, typer.Option("--mount-path", help="Where the PVC is mounted.")] = None,
+    templates_json: Templates = None,
 ) -> None:
     """Create the run's TFJob/PyTorchJob, wait for its Succeeded/Failed condition, record launch.json."""
     from kaliper.configurator.jobcheck import JobExpectations
@@ -81,7 +92,7 @@ def step_launch(
         volume_claim=volume_claim,
         mount_path=mount_path,
         job_sha256=job_sha256,
-        expect=JobExpectations.of(load_step_spec(spec_text).spec),
+        expect=JobExpectations.of(load_step_spec(spec_text, templates_json).spec),
     )
     print(f"job: {doc.job_name}: {doc.status} ({doc.reason})")
     if doc.status != "succeeded":
@@ -93,12 +104,16 @@ def step_launch(
 
 @step_app.command("report")
 def step_report(
-    spec_text: SpecText, storage: Storage, workflow_name: WorkflowName, workflow_created: WorkflowCreated
+    spec_text: SpecText,
+    storage: Storage,
+    workflow_name: WorkflowName,
+    workflow_created: WorkflowCreated,
+    templates_json: Templates = None,
 ) -> None:
     """Write the experiment's report (the workflow's exit handler)."""
     from kaliper.steps.report import report_step
 
-    paths = report_step(spec_text, storage, workflow_name, workflow_created)
+    paths = report_step(spec_text, storage, workflow_name, workflow_created, templates_json)
     print(f"report: {paths.markdown}")
     print(f"summary: {paths.summary}")
 

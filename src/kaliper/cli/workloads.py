@@ -1,12 +1,20 @@
-"""`kaliper workload NAME` (what a job container runs) and `kaliper workloads` (the catalogue)."""
+"""`kaliper workload NAME` (what a job container runs), `kaliper exec -- COMMAND...` (a user's own
+command, measured from what it prints) and `kaliper workloads` (the catalogue)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import math
+import re
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from kaliper.workloads.rules import ExtractionRules
+
+_NUMBER = re.compile(r"^[+-]?(\d[\d_]*)?(\.\d*)?([eE][+-]?\d+)?$")
 
 
 def workload(
@@ -39,6 +47,126 @@ def workload(
         raise typer.Exit(code)
 
 
+def exec_command(
+    command: Annotated[list[str], typer.Argument(help="The command and its arguments, after `--`.")],
+    rules: Annotated[
+        str | None, typer.Option(help="Extraction rules as JSON (what `kaliper configure` renders).")
+    ] = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option("--metric", help="NAME=REGEX: every match's first group is a sample. Repeatable."),
+    ] = None,
+    metrics_format: Annotated[str, typer.Option(help="regex | mllog | jsonl")] = "regex",
+    success_pattern: Annotated[
+        str | None, typer.Option(help="Without a matching line the run failed.")
+    ] = None,
+    failure_pattern: Annotated[str | None, typer.Option(help="A matching line fails the run.")] = None,
+    workload_name: Annotated[str, typer.Option("--workload", help="Name in the record.")] = "custom",
+    framework: Annotated[
+        str | None, typer.Option(help="pytorch | tensorflow: its version is recorded.")
+    ] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", help="NAME=VALUE, repeatable.")] = None,
+    primary_type: Annotated[
+        str | None,
+        typer.Option(help="Replica type whose replica 0 is the job's primary (default: from env)."),
+    ] = None,
+    warmup: Annotated[int, typer.Option(min=0, help="Unused for a command (skip_first is its warm-up).")] = 5,
+    target_rel_ci: Annotated[float, typer.Option(min=0.0)] = 0.02,
+    min_samples: Annotated[int, typer.Option(min=1)] = 10,
+    max_samples: Annotated[int, typer.Option(min=1)] = 2000,
+    max_time: Annotated[float, typer.Option(min=0.0, help="Seconds (reported, never enforced).")] = 60.0,
+    confidence: Annotated[float, typer.Option(min=0.5, max=0.999)] = 0.95,
+) -> None:
+    """Run COMMAND, tee its output, read samples from what it prints and store a result record.
+
+    Example: kaliper exec --metric 'images_per_s=images/sec: ([0-9.]+)' -- python train.py --batch-size 32
+    """
+    from kaliper.workloads.command import run_command
+    from kaliper.workloads.sampling import SamplingRule
+
+    parsed = _exec_rules(rules, metric or [], metrics_format, success_pattern, failure_pattern)
+    params = {key: _scalar(value) for key, value in _pairs(param or [], "--param").items()}
+    rule = SamplingRule(warmup, target_rel_ci, min_samples, max_samples, max_time, confidence)
+    code = run_command(
+        list(command),
+        parsed,
+        workload=workload_name,
+        framework=framework,
+        params=params,
+        rule=rule,
+        primary_type=primary_type,
+    )
+    if code:
+        raise typer.Exit(code)
+
+
+def _pairs(items: list[str], option: str) -> dict[str, str]:
+    from kaliper.errors import ParameterError
+
+    pairs: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ParameterError(f"{option} {item!r}: expected NAME=VALUE")
+        pairs[key.strip()] = value
+    return pairs
+
+
+def _scalar(value: str) -> Any:
+    """A --param value as YAML would read a plain number: int, float, else the string itself."""
+    if not _NUMBER.match(value) or not any(c.isdigit() for c in value):
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        number = float(value)
+        return number if math.isfinite(number) else value
+
+
+def _exec_rules(
+    rules: str | None, metrics: list[str], fmt: str, success: str | None, failure: str | None
+) -> ExtractionRules:
+    from kaliper.errors import InputError
+    from kaliper.workloads.rules import ExtractionRules, PatternMetric
+
+    if rules is not None:
+        if metrics or success or failure or fmt != "regex":
+            raise InputError("--rules gives every extraction rule; do not combine it with --metric & co.")
+        try:
+            parsed = ExtractionRules.from_json(rules)
+        except (ValueError, TypeError) as exc:
+            raise InputError(f"--rules: not valid extraction rules: {exc}") from exc
+    else:
+        if fmt not in ("regex", "mllog", "jsonl"):
+            raise InputError(f"--metrics-format {fmt!r}: expected regex, mllog or jsonl")
+        named = _pairs(metrics, "--metric")
+        parsed = ExtractionRules(
+            metrics=tuple(PatternMetric(name, pattern) for name, pattern in named.items()),
+            format=fmt,  # type: ignore[arg-type]
+            success_pattern=success,
+            failure_pattern=failure,
+        )
+    for metric in parsed.metrics:
+        _check_pattern(f"metric {metric.name!r}", metric.pattern, need_group=True)
+    for what, pattern in (
+        ("--success-pattern", parsed.success_pattern),
+        ("--failure-pattern", parsed.failure_pattern),
+    ):
+        if pattern is not None:
+            _check_pattern(what, pattern, need_group=False)
+    return parsed
+
+
+def _check_pattern(what: str, pattern: str, *, need_group: bool) -> None:
+    from kaliper.errors import InputError
+    from kaliper.workloads.rules import compile_pattern
+
+    try:
+        compile_pattern(pattern, group=need_group)
+    except ValueError as exc:
+        raise InputError(f"{what}: {exc}") from None
+
+
 def list_workloads() -> None:
     """List the built-in workloads and their parameters."""
     from kaliper.workloads import WORKLOADS
@@ -62,4 +190,8 @@ def list_workloads() -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("workload", context_settings={"help_option_names": ["-h", "--help"]})(workload)
+    app.command(
+        "exec",
+        context_settings={"help_option_names": ["-h", "--help"], "allow_interspersed_args": False},
+    )(exec_command)
     app.command("workloads")(list_workloads)

@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from kaliper.errors import ExecutionError
 from kaliper.jobs import env as env_names
 from kaliper.jobs.kubeflow import CONTAINER_NAME, DEADLINE_EXCEEDED, Replica, pod_name, replicas_of
@@ -37,6 +39,7 @@ from kaliper.local.operator_env import (
     operator_labels,
 )
 
+PYTHON_NAMES = ("python", "python3", "python3.11")
 _LABEL_PATH = re.compile(r"^metadata\.labels\['([^']+)'\]$")
 
 
@@ -119,7 +122,8 @@ def container_argv(container: dict[str, Any]) -> list[str]:
     """Kubernetes semantics (command replaces the entrypoint, args follow), mapped to this interpreter.
 
     `kaliper` and `python` run with the interpreter running Kaliper, so a local run measures the
-    environment the user is in.
+    environment the user is in; so does the `python` of a user's command under the wrapper
+    (`kaliper exec ... -- python train.py`).
     """
     argv = [*container.get("command", []), *container.get("args", [])]
     if not argv:
@@ -128,8 +132,16 @@ def container_argv(container: dict[str, Any]) -> list[str]:
         )
     head = argv[0]
     if head == "kaliper":
-        return [sys.executable, "-m", "kaliper", *argv[1:]]
-    if head in ("python", "python3", "python3.11"):
+        rest = argv[1:]
+        if rest[:1] == ["exec"] and "--" in rest:
+            at = rest.index("--") + 1
+            rest = [*rest[:at], *_this_python(rest[at:])]
+        return [sys.executable, "-m", "kaliper", *rest]
+    return _this_python(argv)
+
+
+def _this_python(argv: list[str]) -> list[str]:
+    if argv and argv[0] in PYTHON_NAMES:
         return [sys.executable, *argv[1:]]
     return argv
 
@@ -202,8 +214,11 @@ class LocalExecutor:
         on_start: Callable[[ReplicaProcess], None] | None = None,
         should_stop: Callable[[], int | None] | None = None,
         extra_env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.logs_dir = logs_dir
+        # Working directory of every replica (a command workload's `workdir`); None: this process's.
+        self.cwd = cwd
         self.poll_interval = poll_interval
         self.grace_period = grace_period
         # Called with each replica right after its process started (the runner's resource sampler).
@@ -232,6 +247,8 @@ class LocalExecutor:
             deadline_s=manifest["spec"].get("runPolicy", {}).get("activeDeadlineSeconds"),
             network=network_mode(len(replicas)),
         )
+        if self.cwd is not None and not self.cwd.is_dir():
+            raise ExecutionError(f"working directory {self.cwd} does not exist")
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         with PrivateNetwork() if job.network == "isolated" else contextlib.nullcontext() as net:
             job.net = net
@@ -321,7 +338,7 @@ class LocalExecutor:
         env.update({k: v for k, v in os.environ.items() if k.startswith(HOST_SETTINGS) and v})
         env.update(self.extra_env)
         argv = container_argv(container)
-        executable = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0], path=env.get("PATH"))
+        executable = _resolve(argv[0], env.get("PATH"), self.cwd)
         proc.started = datetime.now(UTC)
         with open(proc.stdout, "wb") as out, open(proc.stderr, "wb") as err:
             if executable is None:
@@ -336,6 +353,7 @@ class LocalExecutor:
                 stderr=err,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                cwd=self.cwd,
             )
         proc.reason = "Running"
         if self.on_start is not None:
@@ -364,7 +382,25 @@ class LocalExecutor:
                 proc.reason = "Completed" if proc.exit_code == 0 else "Error"
 
 
+def _resolve(command: str, path: str | None, cwd: Path | None) -> str | None:
+    """The executable a container command names: absolute, relative to the working directory
+    (`./train.sh`), or looked up on PATH."""
+    if os.path.isabs(command):
+        return command
+    if os.sep in command:
+        candidate = (cwd or Path.cwd()) / command
+        return str(candidate) if os.access(candidate, os.X_OK) else None
+    return shutil.which(command, path=path)
+
+
 def _signal_group(proc: ReplicaProcess, sig: signal.Signals) -> None:
+    """`sig` to the replica's process group; SIGKILL also to every descendant, which may have a group
+    (or session) of its own: a user's command under `kaliper exec` runs in its own group."""
     assert proc.process is not None
+    if sig == signal.SIGKILL:
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(proc.process.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.process.pid, sig)

@@ -9,8 +9,10 @@ biasing the last one. Configuring before and reporting after is the `run` comman
 
 from __future__ import annotations
 
+import os
+import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,12 +28,17 @@ from kaliper.local.executor import JobResult, LocalExecutor, ReplicaProcess
 from kaliper.monitoring.sampler import LocalSampler
 from kaliper.monitoring.settings import prometheus_url, pushgateway_url
 from kaliper.results.documents import FailureInfo, LaunchDoc, ReplicaLaunch, to_document
-from kaliper.results.protocol import store_stand_ins
+from kaliper.results.fromlogs import LogText, local_provenance, records_from_logs, sampling_rule
+from kaliper.results.protocol import record_key, store_stand_ins
 from kaliper.results.record import load_record
 from kaliper.results.resources import store_resources
 from kaliper.storage import Storage, layout
+from kaliper.workloads.command import framework_version
+from kaliper.workloads.lines import file_lines
 
 LOG_TAIL_LINES = 30
+LOG_LIMIT_ENV = "KALIPER_LOG_LIMIT"
+DEFAULT_LOG_LIMIT = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,7 @@ class RunSettings:
 
     should_stop: Callable[[], int | None] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path | None = None  # working directory of the replicas (a command workload's workdir)
 
 
 def run_all(
@@ -106,19 +114,26 @@ def run_one(
 
         try:
             executor = LocalExecutor(
-                Path(tmp), on_start=follow, should_stop=settings.should_stop, extra_env=settings.env
+                Path(tmp),
+                on_start=follow,
+                should_stop=settings.should_stop,
+                extra_env=settings.env,
+                cwd=settings.cwd,
             )
             result = executor.run(manifest)
         finally:
             block = sampler.stop()
+        limit = log_limit()
         tails = {}
         for proc in result.replicas:
             replica = _replica(proc)
             for stream, path in (("stdout", proc.stdout), ("stderr", proc.stderr)):
-                data = path.read_bytes() if path.exists() else b""
+                data = bounded_log(path, limit)
                 storage.put(layout.log_key(experiment, trial.doc.id, repetition, replica, stream), data)
             tails[proc.key] = _tail(proc.stderr)
-    launch = _launch_doc(plan, trial, repetition, result, tails)
+        launch = _launch_doc(plan, trial, repetition, result, tails)
+        logs = {p.key: p for p in result.replicas}
+        store_log_records(storage, plan, trial, launch, lambda t, i: _log_lines(logs.get((t, i))))
     store_stand_ins(storage, launch, trial.doc, plan.experiment.workload, plan.experiment.storage, "executor")
     if prometheus_url(plan.experiment) is None:
         # With Prometheus, the reporter asks it for the run's window; without, this sampling is all there
@@ -131,6 +146,72 @@ def run_one(
     return RunOutcome(
         trial.doc.id, repetition, result.succeeded, result.condition.reason, result.condition.message
     )
+
+
+def log_limit() -> int:
+    """Bytes of one replica stream's log that are stored (KALIPER_LOG_LIMIT, default 64 MiB)."""
+    raw = os.environ.get(LOG_LIMIT_ENV, "").strip()
+    try:
+        return max(1024, int(raw)) if raw else DEFAULT_LOG_LIMIT
+    except ValueError:  # the job has run by now: store its logs rather than fail
+        print(f"warning: ignoring {LOG_LIMIT_ENV}={raw!r} (not a number of bytes)", file=sys.stderr)
+        return DEFAULT_LOG_LIMIT
+
+
+def bounded_log(path: Path, limit: int) -> bytes:
+    """The log file's bytes when it holds at most `limit`, else its head and tail (half each) around one
+    marker line saying how many bytes were left out; never more than `limit` bytes read."""
+    if not path.exists():
+        return b""
+    size = path.stat().st_size
+    with open(path, "rb") as file:
+        if size <= limit:
+            return file.read(limit)
+        half = limit // 2
+        head = file.read(half)
+        file.seek(size - half)
+        tail = file.read(half)
+    left_out = size - len(head) - len(tail)
+    marker = f"\n[kaliper: {left_out} bytes of this log left out ({size} in all)]\n"
+    return head + marker.encode() + tail
+
+
+def store_log_records(
+    storage: Storage,
+    plan: ExperimentPlan,
+    trial: TrialPlan,
+    launch: LaunchDoc,
+    log_text: LogText,
+) -> None:
+    """Records from the logs of replicas that stored none (a command run without the wrapper)."""
+    workload = plan.experiment.workload
+    if not workload.get("rules") or launch.status != "succeeded":
+        return
+
+    def has_record(rtype: str, index: int) -> bool:
+        return storage.exists(
+            layout.record_key(launch.experiment, trial.doc.id, launch.repetition, rtype, index)
+        )
+
+    records = records_from_logs(
+        launch,
+        trial.doc,
+        workload,
+        sampling_rule(plan.experiment.sampling),
+        plan.experiment.storage,
+        has_record,
+        log_text,
+        local_provenance(trial.doc.stack.image),
+        "executor",
+        framework_version(workload.get("framework")),
+    )
+    for record in records:
+        storage.put(record_key(record), record.to_json_bytes())
+
+
+def _log_lines(proc: ReplicaProcess | None) -> Iterator[str]:
+    """A replica's whole output, stdout then stderr, line by line in bounded memory."""
+    return file_lines([proc.stdout, proc.stderr] if proc is not None else [])
 
 
 def _measurement_window(
@@ -160,10 +241,13 @@ def _sampler(plan: ExperimentPlan, trial: TrialPlan, repetition: int) -> LocalSa
     return LocalSampler(pushgateway=gateway, grouping_key=key).start()
 
 
-def _tail(path: Path) -> str:
+def _tail(path: Path, max_bytes: int = 64 << 10) -> str:
+    """The last LOG_TAIL_LINES lines of a log, read from its last `max_bytes` only (logs may be GBs)."""
     if not path.exists():
         return ""
-    lines = path.read_text(errors="replace").splitlines()
+    with open(path, "rb") as file:
+        file.seek(max(0, path.stat().st_size - max_bytes))
+        lines = file.read().decode(errors="replace").splitlines()
     return "\n".join(lines[-LOG_TAIL_LINES:])
 
 

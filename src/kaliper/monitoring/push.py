@@ -8,7 +8,9 @@ experiment/trial/repetition/replica (replica such as `master-0`):
 - `kaliper_samples_total` (counter): timed samples done so far.
 - `kaliper_last_sample_seconds` (gauge): duration of the last timed sample.
 - `kaliper_throughput{metric, unit}` (gauge): while sampling, `metric="samples_per_second"`; at the end
-  also the workload's headline metric (for example `metric="gflops"`) at its median.
+  also the workload's headline metric (for example `metric="gflops"`) at its median. A user's command
+  under `kaliper exec` (kaliper.workloads.command) sets it to the latest value of each of its metrics
+  as the values are read from its output (`on_value`); each value counts as a sample.
 - `kaliper_run_status{status}` (gauge, 1): `running`, then the record's status (`ok`, `not_converged`,
   `failed`).
 - `kaliper_run_start_timestamp_seconds` (gauge): Unix time the replica started.
@@ -63,6 +65,9 @@ class Pusher:
 
     def on_sample(self, done: int, last_ns: int) -> None:
         """Sample observer: `done` timed samples so far, the last one took `last_ns` nanoseconds."""
+
+    def on_value(self, name: str, unit: str, value: float) -> None:
+        """A command's metric `name` read one more value (its latest) from the command's output."""
 
     def finish(self, status: str, headline: tuple[str, str, float] | None = None) -> None:
         """Final status (and headline metric name, unit, value); then the group is deleted or kept."""
@@ -127,6 +132,12 @@ class LivePusher(Pusher):
         self._last.set(seconds)
         if seconds > 0:
             self._throughput.labels(*LIVE_THROUGHPUT).set(1.0 / seconds)
+        self._dirty.set()
+
+    def on_value(self, name: str, unit: str, value: float) -> None:
+        # Metric names come from the spec (a handful per workload): bounded label values, as above.
+        self._samples.inc()
+        self._throughput.labels(name, unit).set(value)
         self._dirty.set()
 
     def finish(self, status: str, headline: tuple[str, str, float] | None = None) -> None:

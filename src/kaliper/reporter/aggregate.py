@@ -28,6 +28,8 @@ from kaliper.results.record import RecordLoader, ResultRecord, load_record
 from kaliper.results.resources import load_resources
 from kaliper.storage import Storage, layout
 from kaliper.storage.readahead import ReadAhead
+from kaliper.workloads.extraction import TIME_TO_TRAIN
+from kaliper.workloads.rules import WALL_TIME, ExtractionRules
 
 MEASURED = ("ok", "not_converged")
 ENV_WORKERS = "KALIPER_REPORT_WORKERS"
@@ -317,8 +319,21 @@ def _load_trials(
             )
             for rep in range(experiment.repetitions)
         ]
-        trials.append(TrialResult(doc, runs, _trial_metrics(runs)))
+        trials.append(TrialResult(doc, runs, _in_declared_order(_trial_metrics(runs), experiment.workload)))
     return trials
+
+
+def _in_declared_order(metrics: dict[str, TrialMetric], workload: dict[str, Any]) -> dict[str, TrialMetric]:
+    """A command workload's metrics in the order the spec declares them (the first is the headline of
+    every table and plot; records store metrics with sorted keys), time to train first, wall time last.
+    Built-in workloads keep their order."""
+    rules = workload.get("rules")
+    if not isinstance(rules, str):
+        return metrics
+    declared = [m.name for m in ExtractionRules.from_json(rules).metrics]
+    first = [n for n in (TIME_TO_TRAIN, *declared) if n in metrics]
+    rest = [n for n in metrics if n not in first and n != WALL_TIME]
+    return {n: metrics[n] for n in [*first, *rest, *([WALL_TIME] if WALL_TIME in metrics else [])]}
 
 
 # What forked workers load from: set just before the pool forks, so nothing large is pickled to them.

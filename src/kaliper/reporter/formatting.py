@@ -90,3 +90,17 @@ def csv_cell(value: Any) -> Any:
     if isinstance(value, str) and value[:1] in _FORMULA_START and not _NUMBER.fullmatch(value):
         return "'" + value
     return value
+
+
+def workload_label(workload: dict[str, Any]) -> str:
+    """How a report names the workload: the built-in's name, the template, or the user's command (quoted
+    as a shell would show it, cut at 120 characters); the caller escapes it for its format."""
+    if workload.get("name"):
+        return str(workload["name"])
+    command = workload.get("command")
+    if isinstance(command, list) and command:
+        import shlex
+
+        text = shlex.join(str(a) for a in command)
+        return "command " + (text if len(text) <= 120 else text[:117] + "...")
+    return str(workload.get("template") or "custom")

@@ -18,7 +18,13 @@ from kaliper.errors import redactor
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult, run_medians
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import HEADERS
-from kaliper.reporter.formatting import RESOURCE_COLUMNS, format_bytes, format_number, resource_figure
+from kaliper.reporter.formatting import (
+    RESOURCE_COLUMNS,
+    format_bytes,
+    format_number,
+    resource_figure,
+    workload_label,
+)
 from kaliper.reporter.plots import Box, BoxGroup, Point, bars_svg, distribution_svg, esc, scaling_svg
 from kaliper.reporter.report import Report
 from kaliper.reporter.verdict_tables import sections
@@ -97,7 +103,7 @@ def _point(trial: TrialResult) -> str:
 
 def _header(result: ExperimentResult, summary: dict[str, Any]) -> list[str]:
     exp, prov, runs = result.experiment, summary["provenance"], summary["runs"]
-    workload = exp.workload.get("name") or exp.workload.get("template")
+    workload = workload_label(exp.workload)
     items = [
         ("Experiment", exp.id),
         ("Spec", exp.spec_name),

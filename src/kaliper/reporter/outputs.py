@@ -22,6 +22,7 @@ from kaliper.reporter.formatting import (
     md_fence,
     md_text,
     resource_figure,
+    workload_label,
 )
 from kaliper.reporter.report import Report
 from kaliper.reporter.verdict_tables import markdown_lines
@@ -92,7 +93,7 @@ def report_markdown(report: Report) -> str:
     metric_names = list(dict.fromkeys(n for t in result.trials for n in t.metrics))
     units = {n: m.unit for t in result.trials for n, m in t.metrics.items()}
     swept = list(exp.matrix)
-    workload = exp.workload.get("name") or exp.workload.get("template")
+    workload = workload_label(exp.workload)
     lines = [
         f"# Kaliper report: {md_text(exp.id)}",
         "",

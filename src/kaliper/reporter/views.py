@@ -124,7 +124,10 @@ class Interner:
             started=record.timestamps.started,
             finished=record.timestamps.finished,
             converged=record.sampling.converged if record.sampling else None,
-            n_samples=len(record.samples.timed) if record.samples else 0,
+            # a built-in workload's timed samples; a command's: the most values one of its metrics has
+            n_samples=len(record.samples.timed)
+            if record.samples
+            else max((len(m.values) for m in record.metrics.values()), default=0),
             metrics=metrics,
             stack=record.stack,  # already shared by RecordLoader
             hardware=record.hardware,

@@ -8,6 +8,8 @@ bytes again (a no-op in storage) instead of a second experiment.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +19,7 @@ from kaliper.configurator import configure, write_plan
 from kaliper.configurator.experiment import experiment_id_for_workflow
 from kaliper.errors import InputError
 from kaliper.spec import LoadedSpec, spec_from_text
+from kaliper.steps.templates import materialized, parse_bundle
 from kaliper.storage import open_storage
 
 SPEC_SOURCE = "spec (workflow parameter)"
@@ -44,8 +47,25 @@ def parse_created(value: str) -> datetime:
     return created if created.tzinfo else created.replace(tzinfo=UTC)
 
 
-def load_step_spec(text: str) -> LoadedSpec:
-    return spec_from_text(text, SPEC_SOURCE, Path.cwd())
+@contextmanager
+def step_spec(text: str, templates: str | None = None) -> Iterator[LoadedSpec]:
+    """The workflow's spec, with its custom template (if any) available while the context is open.
+
+    `templates` is the workflow's `templates` parameter (kaliper.steps.templates): the spec's template and
+    its imports, written into a fresh directory that becomes the spec's directory, so configuring here
+    evaluates the files the spec was compiled with, confined to that directory as on a laptop.
+    """
+    if templates is None:
+        yield spec_from_text(text, SPEC_SOURCE, Path.cwd())
+        return
+    with materialized(parse_bundle(templates)) as root:
+        yield spec_from_text(text, SPEC_SOURCE, root)
+
+
+def load_step_spec(text: str, templates: str | None = None) -> LoadedSpec:
+    """The workflow's spec, validated (its template files are gone again: for steps that do not render)."""
+    with step_spec(text, templates) as loaded:
+        return loaded
 
 
 def step_experiment_id(loaded: LoadedSpec, workflow_name: str, created: str) -> str:
@@ -59,6 +79,7 @@ def configure_step(
     workflow_created: str,
     runs_out: Path,
     experiment_out: Path,
+    templates: str | None = None,
 ) -> Configured:
     """Write the experiment into storage; write the fan-out list and the experiment id for the workflow.
 
@@ -67,11 +88,13 @@ def configure_step(
 
     Runs are listed repetition by repetition (rep 0 of every trial, then rep 1, ...), like the local
     runner, so a sweep cut short still has a run of every trial.
+
+    `templates`: the spec's custom template and its imports (the workflow's `templates` parameter).
     """
-    loaded = load_step_spec(spec_text)
     created = parse_created(workflow_created)
-    experiment = experiment_id_for_workflow(loaded.spec.name, workflow_name, created)
-    plan = configure(loaded, experiment, storage_url, now=created)
+    with step_spec(spec_text, templates) as loaded:
+        experiment = experiment_id_for_workflow(loaded.spec.name, workflow_name, created)
+        plan = configure(loaded, experiment, storage_url, now=created)
     write_plan(plan, open_storage(storage_url))
     runs = [
         {"trial": trial.doc.id, "repetition": rep, "sha256": trial.job_sha256}

@@ -19,6 +19,7 @@ REQUEST_TIMEOUT_S: Final = 30.0
 CONNECT_TIMEOUT_S: Final = 10.0
 # A watch sends nothing while the job is unchanged; the server closes it after timeout_seconds.
 WATCH_READ_SLACK_S: Final = 15.0
+LOG_READ_TIMEOUT_S: Final = 120.0  # a whole log of up to limit_bytes (tens of MiB)
 
 
 class KubeApiError(ExecutionError):
@@ -203,3 +204,24 @@ class JobApi:
         except Exception as exc:
             raise self._fail(f"reading the log of {pod}/{container} in namespace {namespace}", exc) from None
         return data.decode("utf-8", errors="replace")
+
+    def read_full_log(self, namespace: str, pod: str, container: str, limit_bytes: int) -> tuple[str, bool]:
+        """A container's whole log from its start, at most `limit_bytes` (the API's `limitBytes`, so the
+        server stops there), and whether it was cut. Text as the kubelet stores it: stdout and stderr
+        interleaved; bytes that are not UTF-8 replaced."""
+        try:
+            response = self.core.read_namespaced_pod_log(
+                pod,
+                namespace,
+                container=container,
+                limit_bytes=limit_bytes,
+                _preload_content=False,
+                _request_timeout=(CONNECT_TIMEOUT_S, LOG_READ_TIMEOUT_S),
+            )
+            try:
+                data: bytes = response.read(limit_bytes + 1)
+            finally:
+                response.release_conn()
+        except Exception as exc:
+            raise self._fail(f"reading the log of {pod}/{container} in namespace {namespace}", exc) from None
+        return data[:limit_bytes].decode("utf-8", errors="replace"), len(data) >= limit_bytes

@@ -7,7 +7,9 @@ earlier try is found (409 AlreadyExists) and waited for instead of created twice
 Waiting mirrors `kubectl wait --for=condition=...`: list the job, watch it from the list's
 resourceVersion, and on an expired watch (410), an ERROR event, a broken connection or the end of the
 stream, list again and resume, all within `timeout_s`. The decisions live in `jobstate` / `jobobject`.
-A failed run's replicas that stored no record get stand-in records (kaliper.results.protocol).
+A failed run's replicas that stored no record get stand-in records (kaliper.results.protocol); a
+succeeded run's replicas of a workload with extraction rules that stored none (an unwrapped image) get
+records read from their pod logs (kaliper.steps.logrecords).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from kaliper.results.protocol import store_stand_ins
 from kaliper.steps.jobobject import ownership_problem, plural_of, prepare_job, resolve_namespace
 from kaliper.steps.jobstate import JobState, PodView, job_state, main_container_status, parse_time
 from kaliper.steps.kubeapi import JobApi, KubeApiError
+from kaliper.steps.logrecords import LogReader, store_log_records
 from kaliper.storage import Storage, layout
 
 LOG_TAIL_LINES: Final = 50
@@ -119,11 +122,12 @@ def launch_run(
     state = _wait(watched, deadline, timeout_s)
     watched.observe_pods()
     doc = _launch_doc(watched, body, created, state, experiment, trial, repetition)
-    if doc.status == "failed":  # stand-ins before launch.json, which marks the run as done for a retry
-        exp = read_experiment(storage, experiment)
-        store_stand_ins(
-            storage, doc, read_trial(storage, experiment, trial), exp.workload, exp.storage, "launcher"
-        )
+    # Records before launch.json, which marks the run as done for a retried step.
+    exp, trial_doc = read_experiment(storage, experiment), read_trial(storage, experiment, trial)
+    if doc.status == "failed":
+        store_stand_ins(storage, doc, trial_doc, exp.workload, exp.storage, "launcher")
+    else:
+        store_log_records(storage, doc, trial_doc, exp, LogReader(api, namespace, watched.pods))
     storage.put_json(key, to_document(doc))
     return doc
 

@@ -7,6 +7,14 @@ from kaliper.steps.configure import load_step_spec, step_experiment_id
 from kaliper.storage import open_storage
 
 
-def report_step(spec_text: str, storage_url: str, workflow_name: str, workflow_created: str) -> ReportPaths:
-    experiment = step_experiment_id(load_step_spec(spec_text), workflow_name, workflow_created)
+def report_step(
+    spec_text: str,
+    storage_url: str,
+    workflow_name: str,
+    workflow_created: str,
+    templates_json: str | None = None,
+) -> ReportPaths:
+    """`templates_json`: the spec's template files (a workflow parameter), which its loader checks exist."""
+    loaded = load_step_spec(spec_text, templates_json)
+    experiment = step_experiment_id(loaded, workflow_name, workflow_created)
     return write_report(open_storage(storage_url), experiment)

@@ -12,7 +12,6 @@ from typing import Any, Literal
 
 from kaliper import __version__
 from kaliper.workflows.plan import (
-    ARGO,
     EXPERIMENT_OUTPUT,
     RUNS_OUTPUT,
     STEP_RESOURCES,
@@ -65,6 +64,21 @@ def _retry(limit: int, policy: str) -> Any:
     )
 
 
+def _templates_parameter(plan: ClusterPlan) -> list[Any]:
+    """The spec's custom template and its imports (kaliper.steps.templates), for a spec that has one."""
+    from hera.workflows import Parameter
+
+    if plan.templates is None:
+        return []
+    return [
+        Parameter(
+            name="templates",
+            value=plan.templates,
+            description="workload.template and the files it imports (JSON: relative path -> text)",
+        )
+    ]
+
+
 def _build(plan: ClusterPlan, kind: Kind) -> Any:
     """The Hera object: a WorkflowTemplate named after the spec, or a Workflow for `argo submit FILE`."""
     from hera.workflows import Container, Parameter, Steps, Workflow, WorkflowTemplate
@@ -80,6 +94,7 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
         "arguments": [
             Parameter(name="spec", value=plan.spec_text, description="the benchmark spec (YAML)"),
             Parameter(name="storage", value=plan.storage, description="storage URL for results"),
+            *_templates_parameter(plan),
         ],
         "node_selector": plan.node_selector or None,
         "tolerations": [m.Toleration(**t) for t in plan.tolerations] or None,
@@ -102,11 +117,12 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
         builder = Workflow(generate_name=f"{plan.template_name}-", **common)
 
     kwargs = _container_kwargs(plan)
+    ph = plan.argo
     with builder:
         configure = Container(
             name="configure",
-            command=configure_argv(ARGO)[:1],
-            args=configure_argv(ARGO)[1:],
+            command=configure_argv(ph)[:1],
+            args=configure_argv(ph)[1:],
             outputs=[
                 Parameter(name="runs", value_from=m.ValueFrom(path=RUNS_OUTPUT)),
                 Parameter(name="experiment", value_from=m.ValueFrom(path=EXPERIMENT_OUTPUT)),
@@ -118,7 +134,7 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
         )
         launch_cmd = launch_argv(
             plan,
-            ARGO,
+            ph,
             "{{inputs.parameters.experiment}}",
             "{{inputs.parameters.trial}}",
             "{{inputs.parameters.repetition}}",
@@ -141,7 +157,7 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
             env=_env(plan, "launch"),
             **kwargs,
         )
-        report_cmd = report_argv(ARGO)
+        report_cmd = report_argv(ph)
         Container(
             name="report",
             command=report_cmd[:1],

@@ -5,6 +5,7 @@ Output is deterministic (same spec and Kaliper version → same bytes), so it ca
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final, Literal
 
 import yaml
@@ -15,6 +16,11 @@ from kaliper.workflows.plan import ClusterPlan, cluster_plan
 
 Target = Literal["workflow", "workflowtemplate", "cron", "kfp"]
 TARGETS: Final[tuple[Target, ...]] = ("workflow", "workflowtemplate", "cron", "kfp")
+# A compiled object as the API server receives it (JSON). etcd refuses requests over 1.5 MiB (its default
+# --max-request-bytes), and Argo's docs ("Offloading Large Workflows") keep a Workflow under 1 MB with its
+# status: a run also stores the template's spec again (status.storedWorkflowTemplateSpec) and every
+# node's status. So the compiled object gets well under half of that.
+MAX_OBJECT_BYTES: Final = 400_000
 
 
 class _Dumper(yaml.SafeDumper):
@@ -51,10 +57,26 @@ def compile_document(plan: ClusterPlan, target: Target, source: str) -> dict[str
     raise SpecError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
 
 
+def check_object_size(document: dict[str, Any] | str, source: str, what: str) -> None:
+    """SpecError when a compiled object is over MAX_OBJECT_BYTES, naming the parts that make it big."""
+    size = len((document if isinstance(document, str) else json.dumps(document)).encode())
+    if size > MAX_OBJECT_BYTES:
+        raise SpecError(
+            f"{source}: the compiled {what} is {size} bytes (the spec text and workload.template with its "
+            f"imports travel inside it); it must stay under {MAX_OBJECT_BYTES} bytes, as Kubernetes stores it in "
+            "etcd (1.5 MiB per request) and Argo keeps a workflow with its status under 1 MB: shrink the spec "
+            "or the templates"
+        )
+
+
 def compile_spec(loaded: LoadedSpec, target: Target) -> str:
     plan = cluster_plan(loaded)
     if target == "kfp":
         from kaliper.workflows.kfp import pipeline_yaml
 
-        return pipeline_yaml(plan)
-    return dump_yaml(compile_document(plan, target, loaded.source))
+        text = pipeline_yaml(plan)
+        check_object_size(text, loaded.source, "KFP pipeline")
+        return text
+    document = compile_document(plan, target, loaded.source)
+    check_object_size(document, loaded.source, str(document.get("kind", target)))
+    return dump_yaml(document)

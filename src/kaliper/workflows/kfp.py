@@ -42,7 +42,9 @@ RUNS: Final = "runs"
 EXPERIMENT: Final = "experiment"
 
 
-def _placeholders(spec: Any, storage: Any, workflow_name: Any, workflow_created: Any) -> Placeholders:
+def _placeholders(
+    spec: Any, storage: Any, workflow_name: Any, workflow_created: Any, templates: Any = None
+) -> Placeholders:
     """plan.py's Placeholders spelled with a component's input placeholders (no ownerReference: no uid)."""
     return Placeholders(
         workflow_name=workflow_name,
@@ -50,6 +52,7 @@ def _placeholders(spec: Any, storage: Any, workflow_name: Any, workflow_created:
         workflow_uid=None,
         spec=spec,
         storage=storage,
+        templates=templates,
     )
 
 
@@ -61,7 +64,12 @@ def _container(image: str, argv: list[Any]) -> Any:
 
 
 def _components(plan: ClusterPlan) -> tuple[Any, Any, Any]:
+    """The three step components; with a `templates` input when the spec has a custom template (kfp reads
+    a component's inputs from its signature, hence two spellings of each)."""
     from kfp import dsl
+
+    if plan.templates is not None:
+        return _template_components(plan)
 
     @dsl.container_component  # type: ignore[untyped-decorator]
     def configure(
@@ -87,6 +95,46 @@ def _components(plan: ClusterPlan) -> tuple[Any, Any, Any]:
         return _container(
             plan.image, report_argv(_placeholders(spec, storage, workflow_name, workflow_created))
         )
+
+    return configure, launch, report
+
+
+def _template_components(plan: ClusterPlan) -> tuple[Any, Any, Any]:
+    from kfp import dsl
+
+    @dsl.container_component  # type: ignore[untyped-decorator]
+    def configure(
+        spec: str,
+        templates: str,
+        storage: str,
+        workflow_name: str,
+        workflow_created: str,
+        runs: dsl.OutputPath(list),  # type: ignore[valid-type]
+        experiment: dsl.OutputPath(str),  # type: ignore[valid-type]
+    ) -> dsl.ContainerSpec:
+        ph = _placeholders(spec, storage, workflow_name, workflow_created, templates)
+        return _container(plan.image, configure_argv(ph, runs_out=runs, experiment_out=experiment))
+
+    @dsl.container_component  # type: ignore[untyped-decorator]
+    def launch(
+        spec: str,
+        templates: str,
+        storage: str,
+        workflow_name: str,
+        experiment: str,
+        trial: str,
+        repetition: str,
+        sha256: str,
+    ) -> dsl.ContainerSpec:
+        ph = _placeholders(spec, storage, workflow_name, "", templates)
+        return _container(plan.image, launch_argv(plan, ph, experiment, trial, repetition, sha256))
+
+    @dsl.container_component  # type: ignore[untyped-decorator]
+    def report(
+        spec: str, templates: str, storage: str, workflow_name: str, workflow_created: str
+    ) -> dsl.ContainerSpec:
+        ph = _placeholders(spec, storage, workflow_name, workflow_created, templates)
+        return _container(plan.image, report_argv(ph))
 
     return configure, launch, report
 
@@ -148,20 +196,19 @@ def _pipeline(plan: ClusterPlan) -> Any:
     configure, launch, report = _components(plan)
     run = {"workflow_name": WORKFLOW_NAME, "workflow_created": WORKFLOW_CREATED}
 
-    @dsl.pipeline(name=plan.template_name, description=plan.description)  # type: ignore[untyped-decorator]
-    def pipeline(spec: str = plan.spec_text, storage: str = plan.storage) -> None:
+    def body(inputs: dict[str, Any]) -> None:
+        """`inputs`: the pipeline's parameters (spec, storage, and templates for a custom template)."""
         # The exit task is made first and may use only pipeline inputs: it runs whatever happened inside.
         # A report rerun gives byte-identical files, so retrying it (and configure: the experiment id comes
         # from the run, and rewriting identical objects is a no-op) is safe.
-        exit_task = _pod(plan, report(spec=spec, storage=storage, **run), "report", retries=2)
+        exit_task = _pod(plan, report(**inputs, **run), "report", retries=2)
         with dsl.ExitHandler(exit_task=exit_task, name="runs"):
-            cfg = _pod(plan, configure(spec=spec, storage=storage, **run), "configure", retries=2)
+            cfg = _pod(plan, configure(**inputs, **run), "configure", retries=2)
             with dsl.ParallelFor(items=cfg.outputs[RUNS], parallelism=plan.parallelism, name="run") as item:
                 # No retry: KFP retries on any failure (it has no Argo-like OnError policy), so a failed or
                 # timed-out benchmark would be waited on again, a timed-out one for another full timeout.
                 task = launch(
-                    spec=spec,
-                    storage=storage,
+                    **inputs,
                     workflow_name=WORKFLOW_NAME,
                     experiment=cfg.outputs[EXPERIMENT],
                     trial=item.trial,
@@ -170,6 +217,21 @@ def _pipeline(plan: ClusterPlan) -> Any:
                 )
                 _pod(plan, task, "launch", retries=0)
                 kubernetes.set_timeout(task, plan.launch_deadline_s)  # the Argo template timeout
+
+    if plan.templates is not None:
+        templates_text = plan.templates
+
+        @dsl.pipeline(name=plan.template_name, description=plan.description)  # type: ignore[untyped-decorator]
+        def with_templates(
+            spec: str = plan.spec_text, templates: str = templates_text, storage: str = plan.storage
+        ) -> None:
+            body({"spec": spec, "templates": templates, "storage": storage})
+
+        return with_templates
+
+    @dsl.pipeline(name=plan.template_name, description=plan.description)  # type: ignore[untyped-decorator]
+    def pipeline(spec: str = plan.spec_text, storage: str = plan.storage) -> None:
+        body({"spec": spec, "storage": storage})
 
     return pipeline
 

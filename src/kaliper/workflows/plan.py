@@ -7,7 +7,7 @@ No Hera or kfp import here: the builders in `argo.py` and `kfp.py` import those 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from kaliper.configurator.podenv import EnvVar, step_env
@@ -40,6 +40,7 @@ class Placeholders:
     workflow_uid: str | None
     spec: str
     storage: str
+    templates: str | None = None  # the `templates` parameter, for a spec with a custom template
 
 
 ARGO: Final = Placeholders(
@@ -49,6 +50,7 @@ ARGO: Final = Placeholders(
     spec="{{workflow.parameters.spec}}",
     storage="{{workflow.parameters.storage}}",
 )
+ARGO_TEMPLATES: Final = "{{workflow.parameters.templates}}"
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,12 @@ class ClusterPlan:
     tolerations: list[dict[str, Any]]
     s3: S3Spec
     prometheus: str | None
+    templates: str | None = None  # workload.template and its imports as JSON (kaliper.steps.templates)
+
+    @property
+    def argo(self) -> Placeholders:
+        """Argo's placeholders; `templates` only when the spec has a custom template."""
+        return replace(ARGO, templates=ARGO_TEMPLATES) if self.templates is not None else ARGO
 
     @property
     def launch_deadline_s(self) -> int:
@@ -101,12 +109,7 @@ def cluster_plan(loaded: LoadedSpec) -> ClusterPlan:
             f"{loaded.source}: the spec is {len(loaded.text.encode())} bytes; a workflow passes it as one "
             f"command-line argument, which must stay under {MAX_SPEC_ARG_BYTES} bytes"
         )
-    if spec.workload.template is not None:
-        raise SpecError(
-            f"{loaded.source}: workload.template {spec.workload.template!r}: a custom jsonnet template lives beside "
-            "the spec on this machine and is not in the step image; compile a spec with a built-in workload, or "
-            "build an image with the template and use it as a built-in one"
-        )
+    templates = bundled_templates(loaded)
     storage = spec.workflow.storage or _cluster_storage(spec.storage)
     mount = file_path(storage)
     job_timeout = math.ceil(spec.job.timeout)
@@ -130,7 +133,24 @@ def cluster_plan(loaded: LoadedSpec) -> ClusterPlan:
         tolerations=[t.to_kubernetes() for t in spec.workflow.tolerations],
         s3=spec.s3,
         prometheus=spec.monitoring.prometheus,
+        templates=templates,
     )
+
+
+def bundled_templates(loaded: LoadedSpec) -> str | None:
+    """The `templates` parameter of a spec with `workload.template` (None without one), size-checked and
+    proven sufficient: the spec is configured from the materialized bundle, as the configure step will."""
+    from kaliper.configurator import configure
+    from kaliper.spec import spec_from_text
+    from kaliper.steps.templates import check_bundle_size, materialized, template_bundle
+
+    bundle = template_bundle(loaded)
+    if not bundle:
+        return None
+    text = check_bundle_size(bundle, loaded.source)
+    with materialized(bundle) as root:
+        configure(spec_from_text(loaded.text, loaded.source, root), "compile-check", "file:///compile-check")
+    return text
 
 
 def _cluster_storage(url: str) -> str:
@@ -141,11 +161,16 @@ def _cluster_storage(url: str) -> str:
     return url
 
 
+def _templates(ph: Placeholders) -> list[Any]:
+    return ["--templates-json", ph.templates] if ph.templates is not None else []
+
+
 def _spec_and_workflow(ph: Placeholders) -> list[Any]:
     """What configure and report both need to derive the same experiment id."""
     return [
         "--spec-text",
         ph.spec,
+        *_templates(ph),
         "--storage",
         ph.storage,
         "--workflow-name",
@@ -182,6 +207,7 @@ def launch_argv(
         "launch",
         "--spec-text",
         ph.spec,
+        *_templates(ph),
         "--storage",
         ph.storage,
         "--experiment",

@@ -12,6 +12,7 @@ from kaliper.errors import ClusterError
 from kaliper.spec import LoadedSpec
 from kaliper.steps.jobobject import pod_namespace
 from kaliper.workflows.argo import workflow_document
+from kaliper.workflows.compile import check_object_size
 from kaliper.workflows.plan import cluster_plan
 
 GROUP, VERSION, PLURAL = "argoproj.io", "v1alpha1", "workflows"
@@ -62,6 +63,7 @@ def submit_workflow(
     """Compile the spec's Workflow and create it; returns (workflow name, namespace)."""
     plan = cluster_plan(loaded)  # a bad spec fails here, before any API call
     body = workflow_document(plan, "Workflow")
+    check_object_size(body, loaded.source, "Workflow")
     if api is None:
         api, default_namespace = _api(context)
     else:

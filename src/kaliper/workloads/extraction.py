@@ -36,7 +36,6 @@ from kaliper.workloads.rules import (
     ExtractionRules,
     compile_pattern,
 )
-from kaliper.workloads.verdict import judge
 
 MAX_LINE: Final = 1 << 20  # callers cut longer lines to this many characters; the extractor does too
 TAIL_LINES: Final = 30  # last lines kept for failure messages
@@ -126,7 +125,7 @@ class Extractor:
             if metric.applies_to(primary):
                 skip = metric.skip_first
                 warm = f", first {skip} match{'es' * (skip != 1)} warm-up" if skip else ""
-                formula = f"regex {metric.pattern!r} (group 1) on the replica's output{warm}"
+                formula = f"regex '{metric.pattern}' (group 1) on the replica's output{warm}"
                 series = MetricSamples(metric.name, metric.unit, metric.direction, formula)
                 self._metrics[metric.name] = series
                 self._patterns.append((compile_pattern(metric.pattern), series, metric.skip_first))
@@ -333,5 +332,4 @@ __all__ = [
     "compile_pattern",
     "extract_text",
     "guess_direction",
-    "judge",
 ]

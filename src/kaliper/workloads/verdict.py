@@ -47,9 +47,9 @@ def judge(
         return _exit_reason(exit_code) + _tail(extraction)
     if extraction.failure_match is not None:
         stream, number, text = extraction.failure_match
-        return f"failure pattern {rules.failure_pattern!r} matched at {stream} line {number}: {text}"
+        return f"failure pattern '{rules.failure_pattern}' matched at {stream} line {number}: {text}"
     if rules.success_pattern and not extraction.success_seen:
-        return f"success pattern {rules.success_pattern!r} never matched in {replica}'s output" + _tail(
+        return f"success pattern '{rules.success_pattern}' never matched in {replica}'s output" + _tail(
             extraction
         )
     for metric in rules.metrics:
@@ -61,10 +61,10 @@ def judge(
         if series.warmup:
             count = len(series.warmup)
             return (
-                f"pattern {metric.pattern!r} matched only {count} time{'s' * (count != 1)} in {replica}'s "
+                f"pattern '{metric.pattern}' matched only {count} time{'s' * (count != 1)} in {replica}'s "
                 f"output, all warm-up (skip_first: {metric.skip_first})" + _tail(extraction)
             )
-        return f"pattern {metric.pattern!r} never matched in {replica}'s output" + _tail(extraction)
+        return f"pattern '{metric.pattern}' never matched in {replica}'s output" + _tail(extraction)
     if primary and rules.format == "mllog" and not extraction.mllog_lines:
         return f"no ':::MLLOG' line in {replica}'s output (metrics_format: mllog)" + _tail(extraction)
     if primary and rules.format == "jsonl" and not extraction.metrics_lines and not extraction.problems:

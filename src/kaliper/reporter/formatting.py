@@ -104,3 +104,20 @@ def workload_label(workload: dict[str, Any]) -> str:
         text = shlex.join(str(a) for a in command)
         return "command " + (text if len(text) <= 120 else text[:117] + "...")
     return str(workload.get("template") or "custom")
+
+
+def sampling_text(workload: dict[str, Any], s: dict[str, Any]) -> str:
+    """The report's one sentence on how a run's samples were taken: by Kaliper's sampling loop for a
+    built-in workload; read from what the user's own job printed (the rule only judged) for a command."""
+    target = f"the {s['confidence']:.0%} distribution-free CI of the median within {s['target_rel_ci']:.1%} of the median"
+    if workload.get("rules") is not None or workload.get("command") is not None:
+        return (
+            "Samples per run: every figure the job printed (or wrote) that its metric rules read, the first "
+            f"`skip_first` as warm-up (recorded, not counted); the sampling rule ({target}, at least "
+            f"{s['min_samples']} samples) is evaluated on them and reported (converged or not), never used to stop the job."
+        )
+    return (
+        f"Sampling per run: {s['warmup']} warm-up samples (recorded, not counted), then timed samples until the "
+        f"{s['confidence']:.0%} distribution-free CI of the median is within {s['target_rel_ci']:.1%} of the median "
+        f"on two consecutive checks, or {s['max_samples']} samples, or {s['max_time_s']:g} s."
+    )

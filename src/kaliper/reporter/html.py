@@ -23,6 +23,7 @@ from kaliper.reporter.formatting import (
     format_bytes,
     format_number,
     resource_figure,
+    sampling_text,
     workload_label,
 )
 from kaliper.reporter.plots import Box, BoxGroup, Point, bars_svg, distribution_svg, esc, scaling_svg
@@ -414,9 +415,7 @@ def _method(result: ExperimentResult) -> list[str]:
     s = result.experiment.sampling
     formulas = {n: m.formula for t in result.trials for n, m in t.metrics.items() if m.formula}
     items = [
-        f"Sampling per run: {s['warmup']} warm-up samples (recorded, not counted), then timed samples until the "
-        f"{s['confidence']:.0%} distribution-free CI of the median is within {s['target_rel_ci']:.1%} of the "
-        f"median on two consecutive checks, or {s['max_samples']} samples, or {s['max_time_s']:g} s.",
+        sampling_text(result.experiment.workload, s),
         "Timers: time.perf_counter_ns; device work is synchronised before a sample ends.",
         "A run is the independent unit: each trial's figure is the median of its run medians; its 95% CI comes "
         "from a seeded hierarchical bootstrap (resample runs, then samples within each run).",

@@ -22,6 +22,7 @@ from kaliper.reporter.formatting import (
     md_fence,
     md_text,
     resource_figure,
+    sampling_text,
     workload_label,
 )
 from kaliper.reporter.report import Report
@@ -167,9 +168,7 @@ def report_markdown(report: Report) -> str:
         "",
         "## Method",
         "",
-        f"- Sampling per run: {s['warmup']} warm-up samples (recorded, not counted), then timed samples until the "
-        f"{s['confidence']:.0%} distribution-free CI of the median is within {s['target_rel_ci']:.1%} of the median "
-        f"on two consecutive checks, or {s['max_samples']} samples, or {s['max_time_s']:g} s.",
+        f"- {md_text(sampling_text(exp.workload, s))}",
         "- Timers: `time.perf_counter_ns`; device work is synchronised before a sample ends.",
         *(f"- {md_text(n)} = {md_text(f)}" for n, f in formulas.items()),
     ]

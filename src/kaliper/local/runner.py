@@ -209,9 +209,9 @@ def store_log_records(
         storage.put(record_key(record), record.to_json_bytes())
 
 
-def _log_lines(proc: ReplicaProcess | None) -> Iterator[str]:
-    """A replica's whole output, stdout then stderr, line by line in bounded memory."""
-    return file_lines([proc.stdout, proc.stderr] if proc is not None else [])
+def _log_lines(proc: ReplicaProcess | None) -> Iterator[tuple[str, str]]:
+    """A replica's whole output, stdout then stderr (each with its own line numbers), in bounded memory."""
+    return file_lines([("stdout", proc.stdout), ("stderr", proc.stderr)] if proc is not None else [])
 
 
 def _measurement_window(

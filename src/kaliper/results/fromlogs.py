@@ -28,7 +28,9 @@ from kaliper.workloads.verdict import judge
 
 # (replica type, index) → the replica's output, stdout then stderr: the whole text (a pod log) or its
 # lines one by one (a local log file of any size, read in bounded memory).
-LogText = Callable[[str, int], str | Iterable[str]]
+# A replica's log: the whole text (a pod log: stdout and stderr as the kubelet interleaved them, stream
+# "output"), or (stream, line) pairs (the local executor's separate stdout and stderr files).
+LogText = Callable[[str, int], str | Iterable[tuple[str, str]]]
 # (replica type, index) → the stack and hardware the replica ran on, as far as its executor knows them.
 Provenance = Callable[[str, int], tuple[Stack, Hardware]]
 
@@ -125,14 +127,17 @@ def records_from_logs(
     return records
 
 
-def _extract(log: str | Iterable[str], rules: ExtractionRules, primary: bool) -> tuple[Extraction, bool]:
+def _extract(
+    log: str | Iterable[tuple[str, str]], rules: ExtractionRules, primary: bool
+) -> tuple[Extraction, bool]:
     """extract_text's result (also for a log given line by line), and whether the log holds a
     `KALIPER_RESULT` line: a wrapped replica whose storage failed printed its record there."""
     extractor = Extractor(rules, primary)
     wrote_record = False
-    for line in log.splitlines() if isinstance(log, str) else log:
+    lines = (("output", line) for line in log.splitlines()) if isinstance(log, str) else log
+    for stream, line in lines:
         wrote_record = wrote_record or line.startswith(RESULT_LINE_PREFIX)
-        extractor.feed(line, "output")
+        extractor.feed(line, stream)
     return extractor.finish(), wrote_record
 
 

@@ -53,15 +53,16 @@ def text_lines(line: bytes) -> list[str]:
     return line.decode("utf-8", "replace").splitlines() or [""]
 
 
-def file_lines(paths: Iterable[Path], chunk: int = 1 << 20) -> Iterator[str]:
-    """The lines of the files, one after the other (missing files are empty)."""
-    for path in paths:
+def file_lines(files: Iterable[tuple[str, Path]], chunk: int = 1 << 20) -> Iterator[tuple[str, str]]:
+    """(stream, line) for the lines of each (stream name, file), one file after the other (a missing file
+    is empty): a replica's stored stdout and stderr, each with its own line numbers."""
+    for stream, path in files:
         if not path.exists():
             continue
         splitter = LineSplitter()
         with open(path, "rb") as file:
             while data := file.read(chunk):
                 for line in splitter.feed(data):
-                    yield from text_lines(line)
+                    yield from ((stream, text) for text in text_lines(line))
         for line in splitter.flush():
-            yield from text_lines(line)
+            yield from ((stream, text) for text in text_lines(line))

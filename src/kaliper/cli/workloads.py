@@ -14,19 +14,26 @@ from rich.table import Table
 if TYPE_CHECKING:
     from kaliper.workloads.rules import ExtractionRules
 
+# The sampling rule's options, shared by `workload` (it samples by it) and `exec` (it judges by it).
+TargetRelCi = Annotated[float, typer.Option(min=0.0)]
+MinSamples = Annotated[int, typer.Option(min=1)]
+MaxSamples = Annotated[int, typer.Option(min=1)]
+Confidence = Annotated[float, typer.Option(min=0.5, max=0.999)]
+Params = Annotated[list[str] | None, typer.Option("--param", help="NAME=VALUE, repeatable.")]
+
 _NUMBER = re.compile(r"^[+-]?(\d[\d_]*)?(\.\d*)?([eE][+-]?\d+)?$")
 
 
 def workload(
     name: Annotated[str, typer.Argument(help="Built-in workload, e.g. pi-matmul.")],
     framework: Annotated[str, typer.Option(help="pytorch | tensorflow")] = "pytorch",
-    param: Annotated[list[str] | None, typer.Option("--param", help="NAME=VALUE, repeatable.")] = None,
+    param: Params = None,
     warmup: Annotated[int, typer.Option(min=0)] = 5,
-    target_rel_ci: Annotated[float, typer.Option(min=0.0)] = 0.02,
-    min_samples: Annotated[int, typer.Option(min=1)] = 10,
-    max_samples: Annotated[int, typer.Option(min=1)] = 2000,
+    target_rel_ci: TargetRelCi = 0.02,
+    min_samples: MinSamples = 10,
+    max_samples: MaxSamples = 2000,
     max_time: Annotated[float, typer.Option(min=0.0, help="Seconds for the timed samples.")] = 60.0,
-    confidence: Annotated[float, typer.Option(min=0.5, max=0.999)] = 0.95,
+    confidence: Confidence = 0.95,
 ) -> None:
     """Run one built-in workload in this process and store its record (what job containers run)."""
     from kaliper.errors import ParameterError
@@ -65,17 +72,17 @@ def exec_command(
     framework: Annotated[
         str | None, typer.Option(help="pytorch | tensorflow: its version is recorded.")
     ] = None,
-    param: Annotated[list[str] | None, typer.Option("--param", help="NAME=VALUE, repeatable.")] = None,
+    param: Params = None,
     primary_type: Annotated[
         str | None,
         typer.Option(help="Replica type whose replica 0 is the job's primary (default: from env)."),
     ] = None,
     warmup: Annotated[int, typer.Option(min=0, help="Unused for a command (skip_first is its warm-up).")] = 5,
-    target_rel_ci: Annotated[float, typer.Option(min=0.0)] = 0.02,
-    min_samples: Annotated[int, typer.Option(min=1)] = 10,
-    max_samples: Annotated[int, typer.Option(min=1)] = 2000,
+    target_rel_ci: TargetRelCi = 0.02,
+    min_samples: MinSamples = 10,
+    max_samples: MaxSamples = 2000,
     max_time: Annotated[float, typer.Option(min=0.0, help="Seconds (reported, never enforced).")] = 60.0,
-    confidence: Annotated[float, typer.Option(min=0.5, max=0.999)] = 0.95,
+    confidence: Confidence = 0.95,
 ) -> None:
     """Run COMMAND, tee its output, read samples from what it prints and store a result record.
 

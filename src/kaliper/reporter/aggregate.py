@@ -170,7 +170,7 @@ def _load_run(
         if k.startswith(prefix)
         and "/" not in k[len(prefix) :]
         and k.endswith(".json")
-        and k not in (launch_key, resources_key)
+        and k[len(prefix) :] not in layout.RUN_DOCUMENTS
     )
     records = [interner.record(loader.load(storage.get(k), storage.location(k))) for k in record_keys]
     measured = {r.replica for r in records if r.recorded_by == "workload"}

@@ -221,7 +221,7 @@ def _stack_of(storage: Storage, point: Point) -> Stack | None:
         name = key.rsplit("/", 1)[-1]
         if key.count("/") != prefix.count("/") + 1 or not name.endswith(".json"):
             continue
-        if name in ("launch.json", "resources.json"):
+        if name in layout.RUN_DOCUMENTS:
             continue
         record: ResultRecord = load_record(storage.get(key), storage.location(key))
         if record.recorded_by == "workload":

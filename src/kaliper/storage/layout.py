@@ -47,6 +47,11 @@ def resources_key(experiment: str, trial: str, repetition: int) -> str:
     return f"{run_prefix(experiment, trial, repetition)}/resources.json"
 
 
+def environment_key(experiment: str, trial: str, repetition: int) -> str:
+    """What the run saw of its neighbours and its interference verdict (kaliper.results.environment)."""
+    return f"{run_prefix(experiment, trial, repetition)}/environment.json"
+
+
 def log_key(experiment: str, trial: str, repetition: int, replica: str, stream: str) -> str:
     return f"{run_prefix(experiment, trial, repetition)}/logs/{replica}.{stream}.log"
 
@@ -80,3 +85,8 @@ def is_replaceable(key: str) -> bool:
         and bool(parts[1])
         and parts[3] not in ("", ".", "..", REPLACED_FOLDER)
     )
+
+
+# Documents of a run that are not result records (a record is `<replica>.json` beside them).
+RUN_DOCUMENTS = ("launch.json", "resources.json", "environment.json")
+

@@ -17,6 +17,12 @@ SHARED_SCHEMAS = REPO.parent / "shared" / "schemas"
 REQUIRE_SERVICES = os.environ.get("KALIPER_REQUIRE_SERVICES") == "1"
 # Local runs journal what they write in a spool (kaliper.storage.spool): keep the tests' out of ~/.cache.
 os.environ.setdefault("KALIPER_SPOOL_DIR", tempfile.mkdtemp(prefix="kaliper-test-spool-"))
+# Interference detection (issue 15) judges the machine the tests run on, which is shared: a test about
+# something else must not lose its medians to a neighbour, or wait for pre-flight. The interference tests
+# turn detection back on (`interference_on`), with their own probe history.
+os.environ.setdefault("KALIPER_INTERFERENCE", "off")
+os.environ.setdefault("KALIPER_PREFLIGHT", "off")
+os.environ.setdefault("KALIPER_CALIBRATION_DIR", tempfile.mkdtemp(prefix="kaliper-test-calibration-"))
 
 
 def skip_or_fail(reason: str) -> None:
@@ -57,3 +63,9 @@ def kaliper(tmp_path: Path) -> CliRunner:
         )
 
     return run
+
+
+@pytest.fixture
+def interference_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Interference detection as a user gets it (the suite turns it off for every other test)."""
+    monkeypatch.delenv("KALIPER_INTERFERENCE", raising=False)

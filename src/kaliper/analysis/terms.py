@@ -14,6 +14,8 @@ DEFAULT_TARGET_REL_CI: Final = (
     DEFAULT_THRESHOLD / 2
 )  # a trial CI narrow enough to decide at δ (methodology 3b)
 DEFAULT_ALPHA: Final = 0.05  # significance level of the Mann-Whitney test, and the BH false discovery rate q
+# Quiet runs a side needs for a verdict other than inconclusive (spec `sampling.interference.min_quiet_runs`).
+DEFAULT_MIN_QUIET_RUNS: Final = 2
 
 Direction = Literal["more_is_better", "less_is_better"]
 DIRECTIONS: Final[tuple[Direction, ...]] = ("more_is_better", "less_is_better")

@@ -186,8 +186,38 @@ def benjamini_hochberg(pvalues: Sequence[float], q: float = DEFAULT_ALPHA) -> BH
     return BHResult(tuple(float(p) for p in adjusted), tuple(bool(p <= q) for p in adjusted))
 
 
-def adjust_family(comparisons: Sequence[RatioComparison], q: float = DEFAULT_ALPHA) -> list[RatioComparison]:
+def quiet_shortfall(
+    quiet_a: int, quiet_b: int, min_quiet: int, left_out_a: str | None = None, left_out_b: str | None = None
+) -> str | None:
+    """Why a comparison must be `inconclusive` for want of quiet runs (None: enough on both sides).
+
+    A run judged `contended` (kaliper.results.environment) is left out of the statistics; a side left
+    with fewer than `min_quiet` quiet runs gives no verdict but `inconclusive`, never faster or slower:
+    the figures that remain could be the disturbed ones' neighbours, and too few to see run-to-run
+    variation. `left_out_a`/`left_out_b` say which runs were left out and why (shown with the reason).
+    """
+    short = [
+        f"{quiet} quiet run{'' if quiet == 1 else 's'} on {side}" + (f" ({left})" if left else "")
+        for side, quiet, left in (("A", quiet_a, left_out_a), ("B", quiet_b, left_out_b))
+        if quiet < min_quiet
+    ]
+    if not short:
+        return None
+    return f"too few quiet runs: {' and '.join(short)}; at least {min_quiet} needed for a verdict"
+
+
+def hold_inconclusive(c: RatioComparison, reason: str) -> RatioComparison:
+    """`c` made inconclusive for `reason` (outside any Benjamini-Hochberg family: see `adjust_family`)."""
+    return replace(c, verdict="inconclusive", note=reason, p_adjusted=None)
+
+
+def adjust_family(
+    comparisons: Sequence[RatioComparison], q: float = DEFAULT_ALPHA, held: Sequence[bool] | None = None
+) -> list[RatioComparison]:
     """Benjamini-Hochberg over the comparisons made at once; verdicts re-decided on the adjusted p.
+
+    `held[i]` True: comparison i was made inconclusive whatever its data (`hold_inconclusive`, e.g. too
+    few quiet runs): it stays out of the family and keeps its verdict and note.
 
     The family is the comparisons whose test gates their verdict (`tested`, at least MIN_RUNS runs per
     side): a comparison whose adjusted p is not below q cannot be faster/slower (it becomes
@@ -195,11 +225,19 @@ def adjust_family(comparisons: Sequence[RatioComparison], q: float = DEFAULT_ALP
     left out of the family (their p-values could never be discoveries; counting them would only make
     the others' correction harsher); they keep `p_adjusted` = None.
     """
-    family = [i for i, c in enumerate(comparisons) if c.tested and min(c.n_runs_a, c.n_runs_b) >= MIN_RUNS]
+    kept = held or [False] * len(comparisons)
+    family = [
+        i
+        for i, c in enumerate(comparisons)
+        if c.tested and min(c.n_runs_a, c.n_runs_b) >= MIN_RUNS and not kept[i]
+    ]
     result = benjamini_hochberg([comparisons[i].p_value or 1.0 for i in family], q)
     adjusted = dict(zip(family, result.adjusted, strict=True))
     out = []
     for i, c in enumerate(comparisons):
+        if kept[i]:
+            out.append(c)
+            continue
         if i not in adjusted:
             out.append(replace(c, p_adjusted=None))
             continue

@@ -31,6 +31,14 @@ def compare_command(
     markdown_out: Annotated[
         Path | None, typer.Option("--markdown", help="Write the comparison as Markdown.")
     ] = None,
+    include_contended: Annotated[
+        bool,
+        typer.Option(
+            "--include-contended",
+            help="Count runs judged contended (busy machine) too; by default they are left out, and a side "
+            "with too few quiet runs is inconclusive.",
+        ),
+    ] = False,
 ) -> None:
     """Compare B against A per trial and metric: ratio of medians [CI], p, verdict.
 
@@ -42,13 +50,16 @@ def compare_command(
         compare_document,
         compare_experiments,
         compare_markdown,
+        contended_line,
         table_rows,
     )
     from kaliper.storage import dump_json, open_storage
 
     store_a = open_storage(storage)
     store_b = open_storage(storage_b) if storage_b else store_a
-    result = compare_experiments(store_a, a, store_b, b, threshold=threshold, alpha=alpha)
+    result = compare_experiments(
+        store_a, a, store_b, b, threshold=threshold, alpha=alpha, include_contended=include_contended
+    )
     table = Table(title=f"Kaliper compare: {result.b} (B) vs {result.a} (A); ratio > 1: B better")
     for header in HEADERS:
         table.add_column(header)
@@ -62,6 +73,8 @@ def compare_command(
             + ", ".join(f"{k}: {x} → {y}" for k, (x, y) in result.differing_params.items())
         )
     Console(width=200).print(table)
+    if any(r.interference is not None for r in result.metrics):
+        print(contended_line(result))
     for name in result.unpaired:
         print(f"unpaired: {name}")
     if json_out is not None:

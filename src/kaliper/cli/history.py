@@ -35,6 +35,14 @@ def history(
     z: Annotated[float, typer.Option("--z", help="Rolling z-score a point must exceed.")] = 5.0,
     window: Annotated[int, typer.Option(help="Earlier points in the rolling baseline.")] = 30,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the history as JSON.")] = None,
+    include_contended: Annotated[
+        bool,
+        typer.Option(
+            "--include-contended",
+            help="Points with runs judged contended counted too; by default they are left out, and a trial "
+            "with too few quiet runs gives no point.",
+        ),
+    ] = False,
 ) -> None:
     """Series per fingerprint (workload, params, declared stack, hardware) across experiments; steps named."""
     from kaliper.reporter.history import analyse, history_document, load_history
@@ -43,13 +51,21 @@ def history(
     if not 0 < threshold < 1:
         raise InputError(f"--threshold: expected a fraction between 0 and 1, found {threshold}")
     store = open_storage(storage)
-    found = analyse(store, load_history(store, spec, metric), threshold=threshold, z_limit=z, window=window)
+    found = analyse(
+        store,
+        load_history(store, spec, metric, include_contended),
+        threshold=threshold,
+        z_limit=z,
+        window=window,
+    )
     if not found:
         raise InputError(f"no reported experiments in {storage}" + (f" for spec {spec!r}" if spec else ""))
     table = Table(title=f"Kaliper history ({storage})")
     for column in ("fingerprint", "spec / trial params", "metric", "points", "latest", "flags"):
         table.add_column(column)
     for s in found:
+        if not s.points:
+            continue  # only skipped points: said below
         flags = []
         for f in s.flags:
             where = s.points[f.index].experiment
@@ -68,6 +84,12 @@ def history(
             "\n".join(flags) or "–",
         )
     Console().print(table)
+    for s in found:
+        for p in s.points:
+            if p.note:
+                print(f"{s.fingerprint} {s.metric} at {p.experiment}:{p.trial}: {p.note}")
+        for k in s.skipped:
+            print(f"{s.fingerprint} {s.metric}: no point for {k.experiment}:{k.trial}: {k.reason}")
     if json_out is not None:
         document = history_document(found, threshold, z)
         json_out.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")

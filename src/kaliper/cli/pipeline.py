@@ -1,5 +1,6 @@
 """The local pipeline behind `kaliper run`: configure → execute → report, as the cluster's three steps.
 
+Before anything is written, an optional pre-flight (kaliper.local.preflight) waits for a quiet machine.
 The configurator writes the experiment and its trials to storage, the local executor runs every trial ×
 repetition (kaliper.local.runner: it only runs jobs), and the reporter writes the report, also when runs
 failed. Nothing here decides anything the parts do not: it puts them in order.
@@ -19,7 +20,9 @@ from kaliper.configurator import configure, write_plan
 from kaliper.configurator.podenv import REGION_ENV, S3_ENDPOINT_ENV
 from kaliper.errors import InputError, KaliperError, StorageError
 from kaliper.jobs import env
+from kaliper.local.calibration import CalibrationStore
 from kaliper.local.interrupt import StopRequest
+from kaliper.local.preflight import DEFAULT_WAIT_S, PreflightMode, PreflightResult, preflight
 from kaliper.local.runner import RunOutcome, RunSettings, run_all
 from kaliper.reporter import ReportPaths, write_report
 from kaliper.spec import BenchmarkSpec, LoadedSpec
@@ -34,6 +37,7 @@ class LocalRunResult:
     storage: SpoolingStorage
     outcomes: list[RunOutcome]
     report: ReportPaths
+    preflight: PreflightResult | None = None
 
     @property
     def stored(self) -> bool:
@@ -84,12 +88,17 @@ def run_spec(
     storage_url: str | None = None,
     console: Console | None = None,
     stop: StopRequest | None = None,
+    preflight_mode: PreflightMode = "off",
+    preflight_wait_s: float = DEFAULT_WAIT_S,
 ) -> LocalRunResult:
     """Configure → execute every trial × repetition on this machine → report (a report also when runs fail).
 
     Everything written goes through the local spool (kaliper.storage.spool), so a storage failure in the
     middle loses nothing: the run goes on, the report is made from what was measured, and the result says
     whether everything reached storage (`stored`).
+
+    `preflight_mode` (`kaliper run --preflight`, default there `on`): wait up to `preflight_wait_s` for a
+    quiet machine before the first run; `strict` raises MachineBusy then, before anything is written.
     """
     _check_local(loaded)
     cwd = workdir_of(loaded) if loaded.spec.workload.command is not None else None
@@ -97,13 +106,21 @@ def run_spec(
     storage = open_spooled(url, s3_defaults(loaded.spec))
     plan = configure(loaded, storage_url=url)  # configure: everything checked before anything is written
     check_writable(storage.storage)
+    calibration = CalibrationStore()
+    checked = None
+    if preflight_mode != "off":
+        echo = (console or Console(stderr=True)).print
+        thresholds = loaded.spec.sampling.interference.thresholds()
+        checked = preflight(preflight_mode, thresholds, preflight_wait_s, calibration, echo)
     _warn_if_root(loaded)
     recover_spooled(storage, skip=plan.experiment.id)
     write_plan(plan, storage)
-    settings = RunSettings(should_stop=stop, env={env.SPOOL_DIR: str(spool_root())}, cwd=cwd)
+    settings = RunSettings(
+        should_stop=stop, env={env.SPOOL_DIR: str(spool_root())}, cwd=cwd, calibration=calibration
+    )
     outcomes = run_all(storage, plan, console, settings)  # execute
     report = finish_report(storage, plan.experiment.id)  # report
-    return LocalRunResult(plan.experiment.id, storage, outcomes, report)
+    return LocalRunResult(plan.experiment.id, storage, outcomes, report, checked)
 
 
 def open_spooled(url: str, defaults: dict[str, str] | None = None) -> SpoolingStorage:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from rich.console import Console
@@ -46,12 +46,35 @@ def run(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")
     ] = False,
+    preflight: Annotated[
+        str,
+        typer.Option(
+            "--preflight",
+            envvar="KALIPER_PREFLIGHT",
+            help="Before the first run, check that the machine is quiet (other processes' CPU, steal, the "
+            "calibration probe against its history): `on` waits for it up to --preflight-wait then starts "
+            "anyway (contended runs are flagged), `strict` refuses instead (exit 1, nothing written), `off`.",
+        ),
+    ] = "on",
+    preflight_wait: Annotated[
+        str,
+        typer.Option(
+            "--preflight-wait", help="How long pre-flight waits for a quiet machine (e.g. 60s, 2m, 0)."
+        ),
+    ] = "60s",
 ) -> None:
     """Configure, run every trial × repetition on this machine, and write the report."""
     from kaliper.errors import StorageURLError
     from kaliper.spec import load_spec
+    from kaliper.spec.units import parse_duration
     from kaliper.storage import check_storage_url
 
+    if preflight not in ("on", "off", "strict"):
+        raise InputError(f"--preflight: expected on, off or strict, not {preflight!r}")
+    try:
+        wait_s = 0.0 if preflight_wait.strip() in ("0", "0s") else parse_duration(preflight_wait)
+    except ValueError as exc:
+        raise InputError(f"--preflight-wait: {exc}") from None
     if storage is not None:
         try:
             check_storage_url(storage)
@@ -60,9 +83,16 @@ def run(
     loaded = load_spec(spec)
     from kaliper.cli.pipeline import run_spec, unstored_error  # after validation: a bad spec is refused fast
     from kaliper.local.interrupt import StopRequest
+    from kaliper.local.preflight import PreflightMode
 
     with StopRequest().installed() as stop:
-        result = run_spec(loaded, storage, stop=stop)
+        result = run_spec(
+            loaded,
+            storage,
+            stop=stop,
+            preflight_mode=cast("PreflightMode", preflight),  # checked above
+            preflight_wait_s=wait_s,
+        )
     document = result.report.summary_document
     if as_json:
         payload = {
@@ -142,6 +172,14 @@ def report(
             "are kept under report/replaced/<UTC stamp>/.",
         ),
     ] = False,
+    include_contended: Annotated[
+        bool,
+        typer.Option(
+            "--include-contended",
+            help="Count runs judged contended (busy machine) in medians, CIs and verdicts; by default they "
+            "are shown but left out. The report then differs from the stored one: use with --replace.",
+        ),
+    ] = False,
 ) -> None:
     """(Re)write the report of an experiment from its stored records.
 
@@ -149,6 +187,7 @@ def report(
     (exit 2) unless `--replace`.
     """
     from kaliper.cli.pipeline import finish_report, open_spooled, unstored_error
+    from kaliper.reporter import counting_contended
     from kaliper.spec.services import EXPERIMENT_ID
 
     if not EXPERIMENT_ID.match(experiment):  # before storage is touched: no path games with the id
@@ -159,7 +198,8 @@ def report(
     # An unknown experiment: NotFoundError (exit 2) from loading it, before anything is written.
     # Through this machine's spool: objects a run could not store are stored first (kaliper.storage.spool).
     spooled = open_spooled(storage)
-    paths = finish_report(spooled, experiment, replace=replace)
+    with counting_contended(include_contended):
+        paths = finish_report(spooled, experiment, replace=replace)
     if paths.replaced:
         print(f"replaced: the previous report is kept in {paths.replaced}")
     print(f"report: {paths.markdown}")

@@ -108,8 +108,11 @@ def configure(
         "wrap": spec.workload.wrap,
         "rules": None if rules is None else rules.to_json(),
     }
-    sampling = spec.sampling.model_dump()
+    sampling = spec.sampling.model_dump(exclude={"interference"})  # what the templates get: unchanged
     sampling["max_time_s"] = sampling.pop("max_time")
+    documented = dict(sampling)  # experiment.json: the interference section only when not the default,
+    if not spec.sampling.interference.is_default():  # so documents of specs without one stay as they were
+        documented["interference"] = spec.sampling.interference.document()
 
     pending: list[tuple[int, StackSpec, dict[str, Any], dict[str, Any], dict[str, Any]]] = []
     for index, (stack, point) in enumerate(itertools.product(_stacks(spec), matrix_points(spec.matrix))):
@@ -185,7 +188,7 @@ def configure(
             **_own_job(spec),
         },
         repetitions=spec.repetitions,
-        sampling=sampling,
+        sampling=documented,
         matrix=spec.matrix,
         trials=[t.doc.id for t in trials],
         monitoring=spec.monitoring.model_dump(),

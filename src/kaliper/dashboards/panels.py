@@ -42,6 +42,7 @@ LIVE_SEL = 'experiment=~"$experiment", trial=~"$trial", replica=~"$replica"'
 POD_SEL = 'label_kaliper_dev_experiment=~"$experiment", label_kaliper_dev_trial=~"$trial"'
 JOIN = POD_JOIN.replace("$POD_SEL", POD_SEL)
 RESULT_SEL = 'spec=~"$spec", experiment=~"$experiment", metric=~"$metric", fingerprint=~"$fingerprint"'
+RUN_SEL = 'spec=~"$spec", experiment=~"$experiment", fingerprint=~"$fingerprint"'
 
 
 def live_series(metric: str) -> str:
@@ -54,6 +55,11 @@ def exporter_series(metric: str) -> str:
 
 def result_series(metric: str) -> str:
     return f'{metric}{{job="{summary.SUMMARY_JOB}", {RESULT_SEL}}}'
+
+
+def run_series(metric: str) -> str:
+    """A per-run summary series (no `metric` label: selecting on $metric would match nothing)."""
+    return f'{metric}{{job="{summary.SUMMARY_JOB}", {RUN_SEL}}}'
 
 
 class PanelIds:

@@ -22,6 +22,7 @@ from kaliper.dashboards.panels import (
     prom_query,
     query_variable,
     result_series,
+    run_series,
     timeseries_panel,
 )
 from kaliper.monitoring import metrics as summary
@@ -150,7 +151,10 @@ def results_dashboard() -> dashboard_models.Dashboard:
             table.Panel()
             .id(ids())
             .title("Latest results")
-            .description("Median, confidence interval and runs of each result of the latest report.")
+            .description(
+                "Median, confidence interval and runs of each result of the latest report; left out: "
+                "contended runs not counted in the median (empty: no run had an environment document)."
+            )
             .datasource(DATASOURCE)
             .span(12)
             .height(8)
@@ -158,11 +162,18 @@ def results_dashboard() -> dashboard_models.Dashboard:
             .with_target(instant_table(f"max by ({by}) ({result_series(summary.RESULT_CI_LOW)})", "B"))
             .with_target(instant_table(f"max by ({by}) ({result_series(summary.RESULT_CI_HIGH)})", "C"))
             .with_target(instant_table(f"max by ({by}) ({result_series(summary.RESULT_RUNS)})", "D"))
+            .with_target(instant_table(f"max by ({by}) ({result_series(summary.RESULT_LEFT_OUT)})", "E"))
             .with_transformation(dashboard_models.DataTransformerConfig(id_val="merge", options={}))
             .with_transformation(
                 organize(
                     ["Time"],
-                    {"Value #A": "median", "Value #B": "ci_low", "Value #C": "ci_high", "Value #D": "runs"},
+                    {
+                        "Value #A": "median",
+                        "Value #B": "ci_low",
+                        "Value #C": "ci_high",
+                        "Value #D": "runs",
+                        "Value #E": "left out",
+                    },
                 )
             )
         )
@@ -206,6 +217,29 @@ def results_dashboard() -> dashboard_models.Dashboard:
                     "last report",
                 ).instant()
             )
+        )
+        .with_panel(
+            table.Panel()
+            .id(ids())
+            .title("Contended runs")
+            .description(
+                "kaliper_run_contended == 1: runs judged contended (other processes, CPU steal, throttling or a "
+                "slow calibration probe during the run). They are kept but left out of medians, CIs and "
+                "verdicts unless the report counted them (--include-contended); the Latest results table "
+                "says how many each result left out. Empty: no contended run (or no run had an environment "
+                "document)."
+            )
+            .datasource(DATASOURCE)
+            .span(24)
+            .height(8)
+            .with_target(
+                instant_table(
+                    f"max by (spec, experiment, trial, fingerprint, repetition) ({run_series(summary.RUN_CONTENDED)}) "
+                    "== 1",
+                    "A",
+                )
+            )
+            .with_transformation(organize(["Time", "Value"]))
         )
     )
     return builder.build()

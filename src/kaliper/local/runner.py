@@ -2,7 +2,12 @@
 
 Per run: the replicas' logs, launch.json (phases, replicas, failure), stand-in records for replicas of a
 failed run that stored none (kaliper.results.protocol, as the cluster's launch step does), and, without
-Prometheus, the resources block from this executor's own sampling. Repetitions are interleaved (rep 0 of
+Prometheus, the resources block from this executor's own sampling, and environment.json: what the run
+saw of its neighbours and its verdict, `quiet` or `contended` (kaliper.local.environment). With
+`sampling.interference.retry_contended: N` a contended run is run again, up to N more times: each
+attempt stores into a staging folder first, the last one becomes the run (`runs/<repetition>/`) and the
+earlier ones are kept under `runs/<repetition>/attempts/<n>/`, so nothing is ever rewritten and the
+reporter sees one run per repetition. Repetitions are interleaved (rep 0 of
 every trial, then rep 1, ...) so slow drift of a shared machine spreads over all trials instead of
 biasing the last one. Configuring before and reporting after is the `run` command's (kaliper.cli.run).
 """
@@ -13,7 +18,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -22,17 +27,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kaliper.configurator import ExperimentPlan, TrialPlan
 from kaliper.errors import InputError
+from kaliper.jobs import env as env_names
 from kaliper.jobs.kubeflow import primary_replica, replica_id, replica_name
 from kaliper.jobs.manifest import for_repetition
+from kaliper.local.calibration import CalibrationStore
+from kaliper.local.environment import RunMonitor, interference_of
 from kaliper.local.executor import JobResult, LocalExecutor, ReplicaProcess
 from kaliper.monitoring.sampler import LocalSampler
 from kaliper.monitoring.settings import prometheus_url, pushgateway_url
 from kaliper.results.documents import FailureInfo, LaunchDoc, ReplicaLaunch, to_document
+from kaliper.results.environment import store_environment
 from kaliper.results.fromlogs import LogText, local_provenance, records_from_logs, sampling_rule
 from kaliper.results.protocol import record_key, store_stand_ins
 from kaliper.results.record import load_record
 from kaliper.results.resources import store_resources
-from kaliper.storage import Storage, layout
+from kaliper.spec.interference import InterferenceSpec
+from kaliper.storage import Storage, layout, open_storage
 from kaliper.workloads.command import framework_version
 from kaliper.workloads.lines import file_lines
 
@@ -48,6 +58,13 @@ class RunOutcome:
     succeeded: bool
     reason: str
     message: str
+    verdict: str = "unknown"  # the interference verdict: quiet, contended, unknown (not measured)
+    attempt: int = 0  # 0, or n for the n-th re-run of a contended repetition
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def contended(self) -> bool:
+        return self.verdict == "contended"
 
 
 @dataclass(frozen=True)
@@ -57,6 +74,10 @@ class RunSettings:
     should_stop: Callable[[], int | None] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Path | None = None  # working directory of the replicas (a command workload's workdir)
+    # This machine's probe history (kaliper.local.calibration); None: the default store.
+    calibration: CalibrationStore | None = None
+    # Called with each replica right after it started, after the runner's own followers.
+    on_start: Callable[[ReplicaProcess], None] | None = None
 
 
 def run_all(
@@ -85,13 +106,55 @@ def run_all(
                 break
             point = ", ".join(f"{k}={v}" for k, v in trial.doc.matrix_point.items()) or trial.doc.stack.name
             progress.update(task, description=f"{trial.doc.id} ({point}) rep {rep}")
-            outcome = run_one(storage, plan, trial, rep, settings)
+            outcome = run_repetition(storage, plan, trial, rep, settings, progress.console)
             outcomes.append(outcome)
             if not outcome.succeeded:
                 progress.console.print(f"[red]failed[/red] {trial.doc.id} rep {rep}: {outcome.message}")
+            elif outcome.contended:
+                why = "; ".join(outcome.reasons)
+                progress.console.print(f"[yellow]contended[/yellow] {trial.doc.id} rep {rep}: {why}")
             progress.advance(task)
         progress.update(task, description=f"{plan.experiment.id}: {len(outcomes)} of {len(runs)} runs done")
     return outcomes
+
+
+def run_repetition(
+    storage: Storage,
+    plan: ExperimentPlan,
+    trial: TrialPlan,
+    repetition: int,
+    settings: RunSettings | None = None,
+    console: Console | None = None,
+) -> RunOutcome:
+    """One repetition, run again while it is contended and `retry_contended` allows (see the module doc)."""
+    settings = settings or RunSettings()
+    spec = interference_of(plan.experiment.sampling)
+    retries = spec.retry_contended if spec.enabled else 0
+    if retries == 0:
+        return run_one(storage, plan, trial, repetition, settings)
+    experiment, trial_id = plan.experiment.id, trial.doc.id
+    prefix = layout.run_prefix(experiment, trial_id, repetition) + "/"
+    attempt = 0
+    while True:
+        with tempfile.TemporaryDirectory(prefix="kaliper-attempt-") as tmp:
+            staging = open_storage(f"file://{tmp}")
+            env = {**settings.env, env_names.STORAGE: staging.url}  # the replicas store there too
+            outcome = run_one(staging, plan, trial, repetition, replace(settings, env=env), attempt)
+            stopped = settings.should_stop is not None and settings.should_stop() is not None
+            last = attempt >= retries or not outcome.contended or stopped
+            target = (
+                prefix if last else layout.attempt_prefix(experiment, trial_id, repetition, attempt) + "/"
+            )
+            for key in staging.list(prefix):
+                storage.put(target + key[len(prefix) :], staging.get(key))
+        if last:
+            return outcome
+        if console is not None:
+            console.print(
+                f"[yellow]contended[/yellow] {trial_id} rep {repetition} (attempt {attempt}): "
+                f"{'; '.join(outcome.reasons)}; running it again"
+            )
+        attempt += 1
 
 
 def run_one(
@@ -100,17 +163,25 @@ def run_one(
     trial: TrialPlan,
     repetition: int,
     settings: RunSettings | None = None,
+    attempt: int = 0,
 ) -> RunOutcome:
-    """Execute one repetition of one trial and store its logs, launch.json and any failure records."""
+    """Execute one repetition of one trial and store its logs, launch.json, any failure records, and
+    (unless `sampling.interference.enabled` is false) its environment.json."""
     settings = settings or RunSettings()
     experiment = plan.experiment.id
     manifest = for_repetition(trial.manifest, repetition)
+    spec = interference_of(plan.experiment.sampling)
+    monitor = _monitor(spec, settings)  # the probe before the run: outside the sampler's window
     sampler = _sampler(plan, trial, repetition)
     with tempfile.TemporaryDirectory(prefix="kaliper-logs-") as tmp:
 
         def follow(proc: ReplicaProcess) -> None:
             if proc.process is not None:
                 sampler.add(proc.process.pid, _replica(proc))
+                if monitor is not None:
+                    monitor.follow(proc.process.pid)
+            if settings.on_start is not None:
+                settings.on_start(proc)
 
         try:
             executor = LocalExecutor(
@@ -123,6 +194,8 @@ def run_one(
             result = executor.run(manifest)
         finally:
             block = sampler.stop()
+            if monitor is not None:
+                monitor.close()
         limit = log_limit()
         tails = {}
         for proc in result.replicas:
@@ -142,10 +215,29 @@ def run_one(
         if window is not None:
             block = sampler.summary(*window)
         store_resources(storage, experiment, trial.doc.id, repetition, block)
+    verdict: str = "unknown"
+    reasons: tuple[str, ...] = ()
+    if monitor is not None:
+        environment = monitor.document(experiment, trial.doc.id, repetition, attempt)
+        store_environment(storage, environment)
+        verdict, reasons = environment.verdict, tuple(environment.reasons)
     storage.put_json(layout.launch_key(experiment, trial.doc.id, repetition), to_document(launch))
     return RunOutcome(
-        trial.doc.id, repetition, result.succeeded, result.condition.reason, result.condition.message
+        trial.doc.id,
+        repetition,
+        result.succeeded,
+        result.condition.reason,
+        result.condition.message,
+        verdict,
+        attempt,
+        reasons,
     )
+
+
+def _monitor(spec: InterferenceSpec, settings: RunSettings) -> RunMonitor | None:
+    if not spec.enabled:
+        return None
+    return RunMonitor.open(spec, settings.calibration or CalibrationStore())
 
 
 def log_limit() -> int:

@@ -9,6 +9,11 @@ The "Kaliper / Results" dashboard (`kaliper.dashboards.build`) reads exactly the
 - `kaliper_result_verdict` (gauge, 1) with the labels `VERDICT_LABELS`: `verdict` (one of `kaliper.analysis.terms.VERDICTS`)
   of the result against the paired trial of `baseline`, the experiment it was compared with (pushed
   only when the report had a baseline: spec `report.baseline`).
+- `kaliper_run_contended` (gauge, 1 contended, 0 quiet) with the labels `RUN_LABELS`: the interference
+  verdict of each measured run that has an environment document (kaliper.results.environment); runs
+  without one (older, or not judged) push nothing. The Results dashboard lists the contended ones.
+- `kaliper_result_runs_left_out` (gauge) with the labels `RESULT_LABELS`: contended runs left out of the
+  result's median (pushed only for experiments with environment documents).
 - `kaliper_report_timestamp_seconds` (gauge, Unix time the reported experiment was created, so a rerun
   of the reporter pushes the same value) with the labels `REPORT_LABELS`.
 """
@@ -23,6 +28,8 @@ RESULT_CI_HIGH = "kaliper_result_ci_high"
 RESULT_RUNS = "kaliper_result_runs"
 RESULT_VERDICT = "kaliper_result_verdict"
 REPORT_TIMESTAMP = "kaliper_report_timestamp_seconds"
+RUN_CONTENDED = "kaliper_run_contended"
+RESULT_LEFT_OUT = "kaliper_result_runs_left_out"
 
 SUMMARY_METRICS = (
     RESULT_MEDIAN,
@@ -31,7 +38,10 @@ SUMMARY_METRICS = (
     RESULT_RUNS,
     RESULT_VERDICT,
     REPORT_TIMESTAMP,
+    RUN_CONTENDED,
+    RESULT_LEFT_OUT,
 )
 RESULT_LABELS = ("spec", "experiment", "trial", "fingerprint", "workload", "metric", "unit")
 VERDICT_LABELS = ("spec", "experiment", "fingerprint", "metric", "verdict", "baseline")
 REPORT_LABELS = ("spec", "experiment")
+RUN_LABELS = ("spec", "experiment", "trial", "fingerprint", "repetition")

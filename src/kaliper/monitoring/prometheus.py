@@ -345,3 +345,42 @@ def query_run(
         if not no_data or time.time() >= settle_until or budget.left() < 1.5:
             return block
         time.sleep(1.0)
+
+
+def connect(url: str, budget: Budget, timeout_s: float = 10.0) -> tuple[Any, str | None]:
+    """A checked `PrometheusConnect` for `url`, or (None, why not); a failure to reach it ends `budget`.
+
+    For other modules' queries over a run's window (kaliper.monitoring.interference_promql), with the same
+    retry policy and budget rules as `query_resources`.
+    """
+    timeout = budget.timeout(timeout_s)
+    if timeout is None:
+        return None, budget.reason or "Prometheus not asked"
+    try:
+        from prometheus_api_client import PrometheusConnect
+        from urllib3.util.retry import Retry
+
+        retry = Retry(
+            total=2, connect=0, read=0, status=2, backoff_factor=0.2, status_forcelist=(502, 503, 504)
+        )
+        client = PrometheusConnect(
+            url=url, disable_ssl=not url.startswith("https"), retry=retry, timeout=timeout
+        )
+        if not client.check_prometheus_connection():
+            budget.give_up(f"Prometheus at {url} did not answer")
+            return None, f"Prometheus at {url} did not answer"
+    except Exception as exc:  # the caller goes on without Prometheus
+        reason = f"Prometheus at {url} unreachable: {type(exc).__name__}: {exc}"
+        budget.give_up(reason)
+        return None, reason
+    return client, None
+
+
+def step_seconds(start: datetime, end: datetime, points: int = 250) -> int:
+    """The range-query step that gives about `points` points over [start, end]."""
+    return _step_seconds(start, end, points)
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a request failed because Prometheus could not be reached or did not answer in time."""
+    return _unreachable(exc)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kaliper.errors import InputError
+from kaliper.reporter.aggregate import counting_contended
 from kaliper.reporter.html import report_html
 from kaliper.reporter.outputs import report_markdown, results_csv
 from kaliper.reporter.push_summary import push_summary
@@ -49,14 +50,22 @@ def _stored_report(storage: Storage, experiment_id: str) -> dict[str, bytes | No
     return {name: storage.get(prefix + name) for name in names}
 
 
-def write_report(storage: Storage, experiment_id: str, replace: bool = False) -> ReportPaths:
+def write_report(
+    storage: Storage, experiment_id: str, replace: bool = False, include_contended: bool | None = None
+) -> ReportPaths:
     """Compute and store the report; identical inputs give identical files, so reruns are safe.
 
     A stored report with other content: ReportDiffersError (exit 2) naming the file, unless `replace`,
     which keeps the old files under report/replaced/<UTC stamp>/ and writes the new ones over report/.
     Nothing is written before that decision, so a refusal leaves the stored report whole.
+    Runs judged contended are left out of the statistics unless `include_contended` (None: as the
+    enclosing `counting_contended` block says; by default not).
     """
-    report = build_report(storage, experiment_id)
+    if include_contended is None:
+        report = build_report(storage, experiment_id)
+    else:
+        with counting_contended(include_contended):
+            report = build_report(storage, experiment_id)
     files = {
         "summary.json": dump_json(report.summary),
         "results.csv": results_csv(report).encode(),
@@ -95,4 +104,12 @@ def write_report(storage: Storage, experiment_id: str, replace: bool = False) ->
     )
 
 
-__all__ = ["REPORT_FILES", "Report", "ReportDiffersError", "ReportPaths", "build_report", "write_report"]
+__all__ = [
+    "REPORT_FILES",
+    "Report",
+    "ReportDiffersError",
+    "ReportPaths",
+    "build_report",
+    "counting_contended",
+    "write_report",
+]

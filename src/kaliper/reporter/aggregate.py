@@ -3,6 +3,11 @@
 A run (one repetition of one trial) is the independent statistical unit. Its status comes from the
 launcher's launch.json and the success-deciding replica's record; a trial's metric is the median of
 its run medians with a hierarchical bootstrap CI.
+
+A run whose environment document (kaliper.results.environment) judged it `contended` is kept and shown
+but, by default, left out of its trial's statistics (`include_contended=True` counts it); runs without
+that document (made before it existed) are `unknown` and count as quiet, so old experiments load as
+they always did.
 """
 
 from __future__ import annotations
@@ -14,15 +19,18 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from kaliper.analysis.statistics import RunStats, TrialStats, run_stats_many, trial_stats
+from kaliper.analysis.terms import DEFAULT_MIN_QUIET_RUNS
 from kaliper.configurator import read_experiment, read_trial
 from kaliper.errors import InputError
 from kaliper.jobs.kubeflow import primary_replica, replica_name, run_status
 from kaliper.reporter.views import Interner, LaunchView, RecordView
 from kaliper.results.documents import LAUNCH_SCHEMA, ExperimentDoc, LaunchDoc, TrialDoc, load_versioned
+from kaliper.results.environment import EnvironmentDoc, load_environment
 from kaliper.results.protocol import RESULT_LINE_PREFIX, result_payloads
 from kaliper.results.record import RecordLoader, ResultRecord, load_record
 from kaliper.results.resources import load_resources
@@ -52,10 +60,22 @@ class RunResult:
     resources: dict[str, Any] | None = None
     # The primary record's spread per metric (median CI, IQR, MAD jitter, CV), when it measured.
     stats: dict[str, RunStats] = field(default_factory=dict)
+    # What the run saw of its neighbours and its verdict (environment.json); None: not measured (old runs,
+    # or a cluster run Prometheus has not been asked about yet: the reporter may set it).
+    environment: EnvironmentDoc | None = None
 
     @property
     def measured(self) -> bool:
         return self.status in MEASURED and self.primary is not None
+
+    @property
+    def contended(self) -> bool:
+        return self.environment is not None and self.environment.verdict == "contended"
+
+    @property
+    def interference(self) -> str:
+        """quiet | contended | unknown (no environment document)."""
+        return self.environment.verdict if self.environment is not None else "unknown"
 
 
 @dataclass(slots=True)
@@ -76,7 +96,26 @@ class TrialMetric:
 class TrialResult:
     doc: TrialDoc
     runs: list[RunResult]
-    metrics: dict[str, TrialMetric]
+    metrics: dict[str, TrialMetric]  # over `counted` runs
+    include_contended: bool = False  # whether contended runs count in `metrics` (and comparisons)
+
+    @property
+    def measured_runs(self) -> list[RunResult]:
+        return [r for r in self.runs if r.measured and r.primary is not None]
+
+    @property
+    def counted(self) -> list[RunResult]:
+        """The measured runs the statistics use: quiet and unknown ones, contended ones only if included."""
+        return [r for r in self.measured_runs if self.include_contended or not r.contended]
+
+    @property
+    def left_out(self) -> list[RunResult]:
+        """Measured runs left out of the statistics (contended, not included)."""
+        return [] if self.include_contended else [r for r in self.measured_runs if r.contended]
+
+    @property
+    def has_environment(self) -> bool:
+        return any(r.environment is not None for r in self.runs)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -102,6 +141,17 @@ class TrialResult:
 class ExperimentResult:
     experiment: ExperimentDoc
     trials: list[TrialResult]
+    include_contended: bool = False
+
+    @property
+    def has_environment(self) -> bool:
+        """Whether any run has an environment document: only then do reports say anything about
+        interference (an experiment from before it existed reports exactly as it always did)."""
+        return any(t.has_environment for t in self.trials)
+
+    @property
+    def min_quiet_runs(self) -> int:
+        return min_quiet_runs(self.experiment)
 
     def all_runs(self) -> list[tuple[TrialResult, RunResult]]:
         return [(t, r) for t in self.trials for r in t.runs]
@@ -208,7 +258,11 @@ def _load_run(
         )
     where = {replica: location for replica, (_record, location) in recovered.items()}
     resources = load_resources(storage, resources_key) if resources_key in keys else None
-    return RunResult(repetition, status, error, launch, primary, records, where, resources)
+    environment_key = layout.environment_key(exp, trial.id, repetition)
+    environment = load_environment(storage, environment_key) if environment_key in keys else None
+    return RunResult(
+        repetition, status, error, launch, primary, records, where, resources, environment=environment
+    )
 
 
 def _run_stats(measured: list[RunResult]) -> None:
@@ -225,12 +279,25 @@ def _run_stats(measured: list[RunResult]) -> None:
             run.stats[name] = stats
 
 
-def _trial_metrics(runs: list[RunResult]) -> dict[str, TrialMetric]:
-    """The trial's metrics (those of its first measured run) over its measured runs."""
+def min_quiet_runs(experiment: ExperimentDoc) -> int:
+    """Quiet runs a trial needs for a verdict: spec `sampling.interference.min_quiet_runs`, else 2."""
+    section = experiment.sampling.get("interference")
+    value = section.get("min_quiet_runs") if isinstance(section, dict) else None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else DEFAULT_MIN_QUIET_RUNS
+
+
+def _trial_metrics(runs: list[RunResult], include_contended: bool = False) -> dict[str, TrialMetric]:
+    """The trial's metrics (those of its first counted run) over its counted runs: the measured ones,
+    contended runs left out unless `include_contended` (every measured run gets its own `stats`)."""
     measured = [r for r in runs if r.measured and r.primary is not None]
+    _run_stats(measured)
+    return trial_metrics([r for r in measured if include_contended or not r.contended])
+
+
+def trial_metrics(measured: list[RunResult]) -> dict[str, TrialMetric]:
+    """Metrics (those of the first run) over `measured` runs, whose `stats` are already known."""
     if not measured:
         return {}
-    _run_stats(measured)
     metrics: dict[str, TrialMetric] = {}
     first = measured[0].primary
     assert first is not None
@@ -288,7 +355,11 @@ def _by_run(experiment_id: str, keys: list[str]) -> ByRun:
 
 
 def _load_trials(
-    storage: Storage, experiment: ExperimentDoc, trial_ids: list[str], by_run: ByRun | None
+    storage: Storage,
+    experiment: ExperimentDoc,
+    trial_ids: list[str],
+    by_run: ByRun | None,
+    include_contended: bool = False,
 ) -> list[TrialResult]:
     """The trials, from `by_run` (one listing of the whole experiment), or else listing each trial."""
     loader = RecordLoader()  # records share stacks and hardware: validated once, held once
@@ -319,7 +390,8 @@ def _load_trials(
             )
             for rep in range(experiment.repetitions)
         ]
-        trials.append(TrialResult(doc, runs, _in_declared_order(_trial_metrics(runs), experiment.workload)))
+        metrics = _in_declared_order(_trial_metrics(runs, include_contended), experiment.workload)
+        trials.append(TrialResult(doc, runs, metrics, include_contended))
     return trials
 
 
@@ -341,9 +413,9 @@ _SHARED: dict[str, Any] = {}
 
 
 def _load_chunk(trial_ids: list[str]) -> list[TrialResult]:
-    storage, experiment, by_run = _SHARED["load"]
+    storage, experiment, by_run, include_contended = _SHARED["load"]
     with bulk():
-        return _load_trials(storage, experiment, trial_ids, by_run)
+        return _load_trials(storage, experiment, trial_ids, by_run, include_contended)
 
 
 def report_workers(runs: int) -> int:
@@ -363,12 +435,32 @@ def report_workers(runs: int) -> int:
     )
 
 
-def load_experiment(storage: Storage, experiment_id: str, workers: int | None = None) -> ExperimentResult:
-    """Every document of an experiment, reduced (see the module docstring).
+# Whether contended runs count where a caller does not say (`counting_contended`): how `kaliper report
+# --include-contended` reaches the loads made by build_report and the pipeline without a parameter there.
+_INCLUDE_CONTENDED: ContextVar[bool] = ContextVar("kaliper_include_contended", default=False)
+
+
+@contextmanager
+def counting_contended(include: bool) -> Iterator[None]:
+    """Within the block, `load_experiment` calls that do not say count contended runs iff `include`."""
+    token = _INCLUDE_CONTENDED.set(include)
+    try:
+        yield
+    finally:
+        _INCLUDE_CONTENDED.reset(token)
+
+
+def load_experiment(
+    storage: Storage, experiment_id: str, workers: int | None = None, include_contended: bool | None = None
+) -> ExperimentResult:
+    """Every document of an experiment, reduced (see the module docstring); contended runs count in the
+    statistics only with `include_contended` (None: as `counting_contended` says, by default not).
 
     Trials are independent, so large experiments are loaded by `workers` processes (default
     `report_workers`), chunks of trials each, in order: the result is the same for any number of workers.
     """
+    if include_contended is None:
+        include_contended = _INCLUDE_CONTENDED.get()
     experiment = read_experiment(storage, experiment_id)
     # Keys grouped by run, so each run looks only at its own (linear in the experiment): where listing is
     # a request per page (S3), one listing of the experiment here; on a file system, each trial's
@@ -381,17 +473,18 @@ def load_experiment(storage: Storage, experiment_id: str, workers: int | None = 
     workers = report_workers(len(ids) * experiment.repetitions) if workers is None else workers
     if workers <= 1 or len(ids) < 2:
         with bulk():
-            return ExperimentResult(experiment, _load_trials(storage, experiment, ids, by_run))
+            trials = _load_trials(storage, experiment, ids, by_run, include_contended)
+            return ExperimentResult(experiment, trials, include_contended)
     size = max(1, math.ceil(len(ids) / (4 * workers)))  # a few chunks per worker evens out their loads
     chunks = [ids[i : i + size] for i in range(0, len(ids), size)]
-    _SHARED["load"] = (storage, experiment, by_run)
+    _SHARED["load"] = (storage, experiment, by_run, include_contended)
     try:
         context = multiprocessing.get_context("fork")
         with bulk(), ProcessPoolExecutor(min(workers, len(chunks)), mp_context=context) as pool:
             trials = [trial for chunk in pool.map(_load_chunk, chunks) for trial in chunk]
     finally:
         _SHARED.clear()
-    return ExperimentResult(experiment, trials)
+    return ExperimentResult(experiment, trials, include_contended)
 
 
 def run_medians(run: RunResult) -> dict[str, Any]:

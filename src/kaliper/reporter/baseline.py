@@ -133,7 +133,7 @@ def _baseline(storage: Storage, result: ExperimentResult, settings: ReportSpec) 
                 settings, baseline=base, baseline_note=f"baseline {base} not found in {storage.url}"
             )
     try:
-        base_result = load_experiment(storage, base)
+        base_result = load_experiment(storage, base, include_contended=result.include_contended)
         compared = compare_results(
             base_result, Side(base, None), result, Side(exp.id, None), settings.threshold, settings.alpha
         )

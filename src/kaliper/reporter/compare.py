@@ -12,20 +12,32 @@ Comparability (refused with NotComparableError, exit 2, saying why):
   parameters may differ (that difference is what is compared); the output names the differences.
 Each pair is compared on every metric both sides measured with the same unit and direction
 (kaliper.analysis.verdicts.compare), with Benjamini-Hochberg over the whole family (adjust_family).
+
+Runs judged `contended` (environment.json) are left out of both sides unless `include_contended`; a
+pair with fewer than `min_quiet_runs` quiet runs on a side (spec `sampling.interference`, default 2) is
+`inconclusive` with that reason, never faster or slower, and every row says how many runs were left out
+and why. Experiments without environment documents compare exactly as before.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from kaliper.analysis.terms import DEFAULT_ALPHA, DEFAULT_THRESHOLD
-from kaliper.analysis.verdicts import RatioComparison, adjust_family, compare
+from kaliper.analysis.verdicts import (
+    RatioComparison,
+    adjust_family,
+    compare,
+    hold_inconclusive,
+    quiet_shortfall,
+)
 from kaliper.errors import InputError, NotFoundError
-from kaliper.reporter.aggregate import ExperimentResult, TrialResult, load_experiment
+from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult, load_experiment
+from kaliper.reporter.contended import left_out_note, quiet_count
 from kaliper.reporter.fingerprint import hardware_label
 from kaliper.reporter.formatting import format_number
 from kaliper.storage import Storage
@@ -60,6 +72,8 @@ class PairedMetric:
     metric: str
     unit: str
     stats: RatioComparison
+    # Runs left out of each side and why (None: neither side has environment documents).
+    interference: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> str:
@@ -76,6 +90,7 @@ class ExperimentComparison:
     differing_params: dict[str, list[Any]]  # trial comparisons: name -> [A value, B value]
     metrics: list[PairedMetric]
     unpaired: list[str] = field(default_factory=list)
+    include_contended: bool = False
 
     @property
     def slower(self) -> list[PairedMetric]:
@@ -101,12 +116,51 @@ def _hardware_classes(result: ExperimentResult, trials: list[TrialResult]) -> se
     return classes
 
 
-def _per_run_values(trial: TrialResult, metric: str) -> list[np.ndarray]:
+def _per_run_values(runs: list[RunResult], metric: str) -> list[np.ndarray]:
     return [
         r.primary.metrics[metric].values
-        for r in trial.runs
-        if r.measured and r.primary is not None and metric in r.primary.metrics
+        for r in runs
+        if r.primary is not None and metric in r.primary.metrics
     ]
+
+
+def _metric_meta(trial: TrialResult) -> dict[str, tuple[str, str]]:
+    """(unit, direction) of each metric: the trial's (counted runs') first, then any other measured
+    run's (a trial whose every run was left out still has its metrics named)."""
+    meta = {name: (m.unit, m.direction) for name, m in trial.metrics.items()}
+    for run in trial.measured_runs:
+        assert run.primary is not None
+        for name, m in run.primary.metrics.items():
+            meta.setdefault(name, (m.unit, m.direction))
+    return meta
+
+
+def _interference(ta: TrialResult, tb: TrialResult, min_quiet: int) -> dict[str, Any]:
+    return {
+        "included": ta.include_contended,
+        "min_quiet_runs": min_quiet,
+        "quiet_a": quiet_count(ta),
+        "quiet_b": quiet_count(tb),
+        "left_out_a": len(ta.left_out),
+        "left_out_b": len(tb.left_out),
+        "note_a": left_out_note(ta),
+        "note_b": left_out_note(tb),
+    }
+
+
+def _shortfall(info: dict[str, Any]) -> str | None:
+    """Why the pair can only be inconclusive (too few quiet runs on a side), when contended runs are
+    left out."""
+    if info["included"]:
+        return None
+    return quiet_shortfall(
+        info["quiet_a"], info["quiet_b"], info["min_quiet_runs"], info["note_a"], info["note_b"]
+    )
+
+
+def _left_out_text(info: dict[str, Any]) -> str:
+    notes = [f"{side}: {info[f'note_{side.lower()}']}" for side in ("A", "B") if info[f"note_{side.lower()}"]]
+    return "; ".join(notes)
 
 
 def _pick_trial(result: ExperimentResult, side: Side) -> list[TrialResult]:
@@ -138,12 +192,13 @@ def compare_experiments(
     b: str,
     threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
+    include_contended: bool = False,
 ) -> ExperimentComparison:
     side_a, side_b = parse_side(a), parse_side(b)
     if (side_a.trial is None) != (side_b.trial is None):
         raise InputError("give both sides as EXPERIMENT (or EXPERIMENT@STACK) or both as EXPERIMENT:TRIAL")
-    result_a = load_experiment(storage_a, side_a.experiment)
-    result_b = load_experiment(storage_b, side_b.experiment)
+    result_a = load_experiment(storage_a, side_a.experiment, include_contended=include_contended)
+    result_b = load_experiment(storage_b, side_b.experiment, include_contended=include_contended)
     return compare_results(result_a, side_a, result_b, side_b, threshold, alpha)
 
 
@@ -155,7 +210,9 @@ def compare_results(
     threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
 ) -> ExperimentComparison:
-    """`compare_experiments` on loaded experiments (the reporter compares with its baseline this way)."""
+    """`compare_experiments` on loaded experiments (the reporter compares with its baseline this way).
+
+    Contended runs count only when both results were loaded with `include_contended`."""
     name_a = result_a.experiment.workload.get("name")
     name_b = result_b.experiment.workload.get("name")
     if name_a != name_b:
@@ -198,28 +255,46 @@ def compare_results(
                 "to compare two trials whose parameters differ, name them as EXPERIMENT:TRIAL"
             )
     rows: list[PairedMetric] = []
+    held: list[str | None] = []  # per row: why it can only be inconclusive
+    min_quiet = max(result_a.min_quiet_runs, result_b.min_quiet_runs)
     for ta, tb in pairs:
         shown = ta.doc.matrix_point if side_a.trial is None else {k: v[0] for k, v in differing.items()}
-        for metric, meta in ta.metrics.items():
-            other = tb.metrics.get(metric)
-            if other is None or other.unit != meta.unit or other.direction != meta.direction:
+        known = ta.has_environment or tb.has_environment
+        info = _interference(ta, tb, min_quiet) if known else None
+        why = _shortfall(info) if info is not None else None
+        meta_b = _metric_meta(tb) if known else {n: (m.unit, m.direction) for n, m in tb.metrics.items()}
+        meta_a = _metric_meta(ta) if known else {n: (m.unit, m.direction) for n, m in ta.metrics.items()}
+        for metric, (unit, direction) in meta_a.items():
+            if meta_b.get(metric) != (unit, direction):
                 continue
-            runs_a, runs_b = _per_run_values(ta, metric), _per_run_values(tb, metric)
+            runs_a, runs_b = _per_run_values(ta.counted, metric), _per_run_values(tb.counted, metric)
+            if (not runs_a or not runs_b) and why is not None:
+                # No quiet run on a side: the figures of every measured run, for the record only.
+                runs_a, runs_b = (
+                    _per_run_values(ta.measured_runs, metric),
+                    _per_run_values(tb.measured_runs, metric),
+                )
             if not runs_a or not runs_b:
                 continue
-            result = compare(runs_a, runs_b, meta.direction, threshold=threshold, alpha=alpha)  # type: ignore[arg-type]
-            rows.append(PairedMetric(ta.doc.id, tb.doc.id, shown, metric, meta.unit, result))
+            result = compare(runs_a, runs_b, direction, threshold=threshold, alpha=alpha)  # type: ignore[arg-type]
+            if why is not None:
+                result = hold_inconclusive(result, why)
+            rows.append(PairedMetric(ta.doc.id, tb.doc.id, shown, metric, unit, result, info))
+            held.append(why)
     if not rows:
         raise NotComparableError(
             f"nothing to compare: no metric was measured on both {side_a.label} and {side_b.label}"
         )
-    adjusted = adjust_family([r.stats for r in rows], alpha)
-    for row, stats in zip(rows, adjusted, strict=True):
-        row.stats = stats
-    return ExperimentComparison(side_a.label, side_b.label, threshold, differing, rows, unpaired)
+    adjusted = adjust_family([r.stats for r in rows], alpha, [h is not None for h in held])
+    for row, stats, why in zip(rows, adjusted, held, strict=True):
+        left = _left_out_text(row.interference) if row.interference and why is None else ""
+        row.stats = replace(stats, note=f"{stats.note}; {left}") if left else stats
+    include = result_a.include_contended and result_b.include_contended
+    return ExperimentComparison(side_a.label, side_b.label, threshold, differing, rows, unpaired, include)
 
 
 def compare_document(result: ExperimentComparison) -> dict[str, Any]:
+    known = any(r.interference is not None for r in result.metrics)
     return {
         "schema": COMPARE_SCHEMA,
         "a": result.a,
@@ -228,6 +303,8 @@ def compare_document(result: ExperimentComparison) -> dict[str, Any]:
         "ratio_meaning": "> 1 means B is better (B/A for more_is_better, A/B for less_is_better)",
         "differing_params": result.differing_params,
         "unpaired": result.unpaired,
+        # Only when a side has environment documents: a comparison of older experiments is unchanged.
+        **({"include_contended": result.include_contended} if known else {}),
         "comparisons": [
             {
                 "trial_a": r.trial_a,
@@ -236,6 +313,7 @@ def compare_document(result: ExperimentComparison) -> dict[str, Any]:
                 "metric": r.metric,
                 "unit": r.unit,
                 **asdict(r.stats),
+                **({"interference": r.interference} if r.interference is not None else {}),
             }
             for r in result.metrics
         ],
@@ -277,6 +355,21 @@ HEADERS = [
 ]
 
 
+def contended_line(result: ExperimentComparison) -> str:
+    """How contended runs were treated, for comparisons where a side has environment documents."""
+    left = sum(
+        (r.interference or {}).get(k, 0)
+        for r in {(m.trial_a, m.trial_b): m for m in result.metrics}.values()
+        for k in ("left_out_a", "left_out_b")
+    )
+    if result.include_contended:
+        return "Contended runs are counted (--include-contended)."
+    return (
+        f"Contended runs are left out ({left} run(s) in all); a pair with too few quiet runs on a side is "
+        "inconclusive."
+    )
+
+
 def compare_markdown(result: ExperimentComparison) -> str:
     lines = [
         f"# Kaliper comparison: {result.b} (B) against {result.a} (A)",
@@ -291,6 +384,8 @@ def compare_markdown(result: ExperimentComparison) -> str:
             + ", ".join(f"{k}: {a} → {b}" for k, (a, b) in result.differing_params.items()),
             "",
         ]
+    if any(r.interference is not None for r in result.metrics):
+        lines += [contended_line(result), ""]
     lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += [
         "| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table_rows(result)

@@ -18,6 +18,12 @@ order. Each new point is judged against a rolling baseline (conbench's lookback 
 
 For a step, the stack difference between the last point before it and the step's first point is named:
 packages whose versions changed (or came or went), the image digest, Python.
+
+A point is a trial's median from its summary.json, which counts quiet runs only (contended ones left
+out, kaliper.reporter.contended); a point says how many runs were left out and why. A trial left with
+fewer quiet runs than its `min_quiet_runs` is no point at all (listed as skipped, with the reason), so
+no step or outlier rests on it. `include_contended` reads the figures with the contended runs counted
+(the summary's `interference.with_contended`) instead.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import numpy as np
 from scipy import stats
 
 from kaliper.results.record import ResultRecord, Stack, load_record
-from kaliper.results.summary import SummaryDoc, load_summary
+from kaliper.results.summary import SummaryDoc, TrialSummary, load_summary
 from kaliper.spec.services import EXPERIMENT_ID
 from kaliper.storage import Storage, layout
 
@@ -137,6 +143,17 @@ class Point:
     ci_high: float
     n_runs: int
     stack_id: str | None
+    left_out: int = 0  # contended runs left out of the median
+    note: str | None = None  # how many runs were left out (or counted though contended) and why
+
+
+@dataclass
+class Skipped:
+    """A trial of a reported experiment that gives no point: too few quiet runs."""
+
+    experiment: str
+    trial: str
+    reason: str
 
 
 @dataclass
@@ -152,6 +169,7 @@ class Series:
     points: list[Point] = field(default_factory=list)
     flags: list[Flag] = field(default_factory=list)
     diffs: dict[int, dict[str, Any]] = field(default_factory=dict)  # step index → stack difference
+    skipped: list[Skipped] = field(default_factory=list)
 
     def verdict(self, flag: Flag) -> str:
         """faster / slower for the metric's direction."""
@@ -175,43 +193,83 @@ def _summaries(storage: Storage, spec: str | None) -> list[SummaryDoc]:
     return sorted(summaries, key=lambda d: (d.created, d.experiment))
 
 
-def load_history(storage: Storage, spec: str | None = None, metric: str | None = None) -> list[Series]:
-    """Every series in `storage` (optionally of one spec and one metric), oldest point first."""
+def _figures(
+    trial: TrialSummary, name: str, include_contended: bool
+) -> tuple[float, float, float, int, int, str | None] | str | None:
+    """(median, CI low, CI high, runs, runs left out, note) of a trial's metric as history reads it; a
+    string: why the trial gives no point (too few quiet runs); None: the trial did not measure it."""
+    m = trial.metrics.get(name)
+    block = trial.interference
+    if block is None:
+        return None if m is None else (m.median, m.ci_low, m.ci_high, m.n, 0, None)
+    other = block.with_contended.get(name)
+    if include_contended and other is not None and not block.included:
+        note = f"{block.contended} contended run(s) counted (--include-contended)"
+        return other.median, other.ci_low, other.ci_high, other.n, 0, note
+    quiet = block.quiet + block.unknown
+    if not block.included and block.left_out and quiet < block.min_quiet_runs:
+        if m is None and other is None:
+            return None
+        return f"{quiet} quiet run(s), at least {block.min_quiet_runs} needed: {block.note}"
+    if m is None:
+        return None
+    return m.median, m.ci_low, m.ci_high, m.n, block.left_out, block.note
+
+
+def load_history(
+    storage: Storage, spec: str | None = None, metric: str | None = None, include_contended: bool = False
+) -> list[Series]:
+    """Every series in `storage` (optionally of one spec and one metric), oldest point first; contended
+    runs left out of each point unless `include_contended`."""
     series: dict[tuple[str, str], Series] = {}
     for summary in _summaries(storage, spec):
         for trial in summary.trials:
             fp = trial.fingerprint
             if not fp:
                 continue  # nothing measured in this trial
-            for name, m in trial.metrics.items():
+            names: dict[str, tuple[str, str]] = {n: (m.unit, m.direction) for n, m in trial.metrics.items()}
+            if trial.interference is not None:
+                for other, w in trial.interference.with_contended.items():
+                    names.setdefault(other, (w.unit, w.direction))
+            for name, (unit, direction) in names.items():
                 if metric is not None and name != metric:
+                    continue
+                figures = _figures(trial, name, include_contended)
+                if figures is None:
                     continue
                 one = series.setdefault(
                     (fp, name),
                     Series(
                         fp,
                         name,
-                        m.unit,
-                        m.direction,
+                        unit,
+                        direction,
                         summary.workload.get("name"),
                         trial.params,
                         trial.stack.name,
                         summary.spec_name,
                     ),
                 )
+                if isinstance(figures, str):
+                    one.skipped.append(Skipped(summary.experiment, trial.trial, figures))
+                    continue
+                median, low, high, n, left_out, note = figures
+                created = datetime.fromisoformat(summary.created)
                 one.points.append(
                     Point(
                         summary.experiment,
-                        datetime.fromisoformat(summary.created),
+                        created,
                         trial.trial,
-                        m.median,
-                        m.ci_low,
-                        m.ci_high,
-                        m.n,
+                        median,
+                        low,
+                        high,
+                        n,
                         trial.stack_id,
+                        left_out,
+                        note,
                     )
                 )
-    return list(series.values())
+    return [s for s in series.values() if s.points or s.skipped]
 
 
 def _stack_of(storage: Storage, point: Point) -> Stack | None:
@@ -281,9 +339,20 @@ def history_document(history: list[Series], threshold: float, z_limit: float) ->
                         "ci_high": p.ci_high,
                         "n_runs": p.n_runs,
                         "stack_id": p.stack_id,
+                        **({"left_out": p.left_out, "note": p.note} if p.note else {}),
                     }
                     for p in s.points
                 ],
+                **(
+                    {
+                        "skipped": [
+                            {"experiment": k.experiment, "trial": k.trial, "reason": k.reason}
+                            for k in s.skipped
+                        ]
+                    }
+                    if s.skipped
+                    else {}
+                ),
                 "flags": [
                     {
                         "kind": f.kind,

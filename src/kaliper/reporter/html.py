@@ -6,6 +6,9 @@ text and attributes alike; table cells are escaped before `_table`); nothing unt
 `<style>` or `<script>` elements, which are constants; a Content-Security-Policy allows no network
 fetches and only the page's own (hash-pinned) script, which marks `<body data-kaliper-ready="1">` once
 it ran, so even a missed escape could not run a script.
+
+Runs judged contended (environment.json) are marked in their trial's run table (`class="contended"`) and
+each trial says how many were left out and why; without environment documents the page is unchanged.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import hashlib
 from typing import Any
 
 from kaliper.errors import redactor
-from kaliper.reporter.aggregate import ExperimentResult, TrialResult, run_medians
+from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult, run_medians
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import HEADERS
+from kaliper.reporter.contended import left_out_note, method_note, run_label
 from kaliper.reporter.formatting import (
     RESOURCE_COLUMNS,
     format_bytes,
@@ -60,6 +64,7 @@ svg .grid{stroke:#e6e6e6}svg .box{fill:#dfe9f5;stroke:#4a6a8a}svg .wh{stroke:#4a
 svg .bm{stroke:#123;stroke-width:2}svg .pt-s{fill-opacity:.55}svg .med{stroke:#d62728;stroke-width:2}
 svg .ci{fill:#d62728;fill-opacity:.12}svg .mx{stroke:#222;stroke-width:2}svg .lg{fill:#555}
 """
+STYLE_CONTENDED = ".contended{color:#9a6700;font-weight:600}\n"  # added only when a run has environment.json
 
 
 def _table(header: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
@@ -143,12 +148,18 @@ def _results(result: ExperimentResult, metric_names: list[str], units: dict[str,
             )
         rows.append(cells)
     first = len(swept) + 3
+    known = result.has_environment
     out = [
         '<h2 id="results">Results</h2>',
         '<p class="note">Median of the run medians [95% CI from a hierarchical bootstrap: runs, then samples '
         "within runs].</p>",
         _table(header, rows, set(range(first, first + 1 + len(metric_names)))),
     ]
+    if known:
+        notes = [(t, left_out_note(t)) for t in result.trials]
+        out += [f'<p class="note contended">{esc(t.doc.id)}: {esc(n)}</p>' for t, n in notes if n]
+        if not any(n for _t, n in notes):
+            out.append('<p class="note">No run was judged contended.</p>')
     shown, note = _detail(result)
     out += note
     for t in shown:
@@ -165,10 +176,17 @@ def _results(result: ExperimentResult, metric_names: list[str], units: dict[str,
             run_rows.append(
                 [str(r.repetition), _status(r.status), converged, str(samples)]
                 + [esc(format_number(medians.get(n))) for n in metric_names]
+                + ([_interference(r)] if known else [])
             )
         header = ["repetition", "status", "converged", "samples", *(f"{n} median" for n in metric_names)]
+        header += ["interference"] if known else []
         out.append(_table(header, run_rows, set(range(3, 4 + len(metric_names)))))
     return out
+
+
+def _interference(run: RunResult) -> str:
+    label = esc(run_label(run))
+    return f'<span class="contended">{label}</span>' if run.contended else label
 
 
 def _distributions(result: ExperimentResult, metric_names: list[str], units: dict[str, str]) -> list[str]:
@@ -179,7 +197,10 @@ def _distributions(result: ExperimentResult, metric_names: list[str], units: dic
         groups = []
         for t in shown:
             boxes = [
-                Box(f"rep {r.repetition}", r.primary.metrics[name].values)
+                Box(
+                    f"rep {r.repetition}" + (" (contended)" if r.contended else ""),
+                    r.primary.metrics[name].values,
+                )
                 for r in t.runs
                 if r.measured and r.primary is not None and name in r.primary.metrics
             ]
@@ -420,6 +441,7 @@ def _method(result: ExperimentResult) -> list[str]:
         "A run is the independent unit: each trial's figure is the median of its run medians; its 95% CI comes "
         "from a seeded hierarchical bootstrap (resample runs, then samples within each run).",
         *(f"{n} = {f}" for n, f in formulas.items()),
+        *([method_note(result.include_contended)] if result.has_environment else []),
     ]
     return ['<h2 id="method">Method</h2>', "<ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"]
 
@@ -440,10 +462,11 @@ def report_html(report: Report) -> str:
         *_failures(result),
         *_method(result),
     ]
-    return page_shell(f"Kaliper report: {result.experiment.id}", body)
+    extra = STYLE_CONTENDED if result.has_environment else ""
+    return page_shell(f"Kaliper report: {result.experiment.id}", body, extra)
 
 
-def page_shell(title: str, body: list[str]) -> str:
+def page_shell(title: str, body: list[str], style: str = "") -> str:
     """The page around `body` (HTML, already escaped): CSP, inline style and the hash-pinned ready script."""
     digest = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
     csp = f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{digest}'; img-src data:"
@@ -453,7 +476,7 @@ def page_shell(title: str, body: list[str]) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{esc(title)}</title>",
-        f"<style>{STYLE}</style></head>",
+        f"<style>{STYLE}{style}</style></head>",
         "<body>",
     ]
     return "\n".join([*head, *body, f"<script>{SCRIPT}</script>", "</body></html>"]) + "\n"

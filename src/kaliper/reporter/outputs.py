@@ -4,6 +4,10 @@ Pure functions of the report object (kaliper.reporter.report.Report), so rerunni
 byte-identical files. Every value that comes from a spec, a record or a run is untrusted: report.md
 escapes it (md_text; log tails in md_fence blocks), results.csv defuses formulas (csv_cell). Escaping
 is per output cell, never per sample.
+
+Runs judged contended (environment.json) are marked where they appear (a column per run, a note per
+trial of what was left out and why); experiments without environment documents get neither, so their
+files are what they always were.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 from kaliper.errors import redactor
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult, run_medians
+from kaliper.reporter.contended import left_out_note, method_note, run_label, run_reason
 from kaliper.reporter.formatting import (
     RESOURCE_COLUMNS,
     csv_cell,
@@ -30,7 +35,10 @@ from kaliper.reporter.verdict_tables import markdown_lines
 
 
 def results_csv(report: Report) -> str:
-    """One row per result record (every replica of every run, failures included)."""
+    """One row per result record (every replica of every run, failures included); with environment
+    documents, the run's interference verdict and reason in two more columns."""
+    known = report.result.has_environment
+    runs = {(t.doc.id, r.repetition): r for t, r in report.result.all_runs()}
     records = report.result.all_records()
     params = sorted({k for r in records for k in r.params})
     metrics = sorted({k for r in records for k in r.metrics})
@@ -48,6 +56,8 @@ def results_csv(report: Report) -> str:
     for m in metrics:
         header += [f"{m}.median", f"{m}.ci_low", f"{m}.ci_high", f"{m}.unit"]
     header += ["framework", "framework_version", "stack_id", "cpu_model", "started", "finished", "error"]
+    if known:
+        header += ["interference", "interference_reason"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([csv_cell(h) for h in header])
@@ -75,6 +85,9 @@ def results_csv(report: Report) -> str:
             rec.finished.isoformat(),
             (rec.error or "").splitlines()[0] if rec.error else "",
         ]
+        if known:
+            run = runs[(rec.trial, rec.repetition)]
+            row += [run.interference, run_reason(run)]
         writer.writerow([csv_cell(cell) for cell in row])
     return out.getvalue()
 
@@ -127,6 +140,12 @@ def report_markdown(report: Report) -> str:
         ]
         cells += [_metric_cell(t, n) for n in metric_names]
         lines.append("| " + " | ".join(cells) + " |")
+    known = result.has_environment
+    if known:
+        notes = [(t, left_out_note(t)) for t in result.trials]
+        lines += [""] + [f"- {md_text(t.doc.id)}: {md_text(note)}" for t, note in notes if note]
+        if not any(note for _t, note in notes):
+            lines.append("- No run was judged contended.")
     lines += markdown_lines(report.comparisons)
 
     for t in result.trials:
@@ -139,6 +158,7 @@ def report_markdown(report: Report) -> str:
             "",
         ]
         header = ["repetition", "status", "converged", "samples", *(f"{n} median" for n in metric_names)]
+        header += ["interference"] if known else []
         lines += ["| " + " | ".join(map(md_text, header)) + " |", "|" + "---|" * len(header)]
         by_repetition = {r["repetition"]: r for r in trial_docs[t.doc.id]["runs"]}
         for run in t.runs:
@@ -147,6 +167,7 @@ def report_markdown(report: Report) -> str:
             converged = {True: "yes", False: "no", None: "–"}[rs["converged"]]
             cells = [str(run.repetition), md_text(run.status), converged, str(rs["n_samples"])]
             cells += [format_number(medians.get(n)) for n in metric_names]
+            cells += [md_text(run_label(run))] if known else []
             lines.append("| " + " | ".join(cells) + " |")
 
     lines += _resources_markdown(result)
@@ -171,6 +192,7 @@ def report_markdown(report: Report) -> str:
         f"- {md_text(sampling_text(exp.workload, s))}",
         "- Timers: `time.perf_counter_ns`; device work is synchronised before a sample ends.",
         *(f"- {md_text(n)} = {md_text(f)}" for n, f in formulas.items()),
+        *([f"- {md_text(method_note(result.include_contended))}"] if known else []),
     ]
     return "\n".join(lines) + "\n"
 

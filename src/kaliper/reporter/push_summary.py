@@ -11,6 +11,10 @@ reporter pushes under job `kaliper-report`, one group per result series (groupin
   (faster, slower, equivalent, inconclusive) against the paired trial of the baseline experiment
   (kaliper.reporter.baseline), when there was one;
 
+- with environment documents (kaliper.results.environment): `kaliper_run_contended{spec, experiment,
+  trial, fingerprint, repetition}` = 1 contended / 0 quiet, per measured run that has one, and
+  `kaliper_result_runs_left_out` (RESULT_LABELS): contended runs left out of the median;
+
 and, in the group {spec}, `kaliper_report_timestamp_seconds{spec, experiment}`: when the experiment was
 created (not when the report ran, so a rerun pushes the same values).
 
@@ -35,9 +39,12 @@ from kaliper.monitoring.metrics import (
     RESULT_CI_HIGH,
     RESULT_CI_LOW,
     RESULT_LABELS,
+    RESULT_LEFT_OUT,
     RESULT_MEDIAN,
     RESULT_RUNS,
     RESULT_VERDICT,
+    RUN_CONTENDED,
+    RUN_LABELS,
     SUMMARY_JOB,
     VERDICT_LABELS,
 )
@@ -65,7 +72,7 @@ def summary_registries(report: Report) -> list[tuple[dict[str, str], CollectorRe
     verdicts, baseline = report.comparisons.baseline_verdicts(), report.comparisons.baseline
     for trial in result.trials:
         record = _trial_record(trial)
-        if record is None or not trial.metrics:
+        if record is None or not (trial.metrics or trial.left_out):
             continue  # nothing measured: no point in the series (the report says why)
         fp = fingerprint(trial.doc, record)
         registry = CollectorRegistry()
@@ -83,8 +90,22 @@ def summary_registries(report: Report) -> list[tuple[dict[str, str], CollectorRe
             VERDICT_LABELS,
             registry=registry,
         )
+        known = result.has_environment
+        if known:
+            left_out = Gauge(
+                RESULT_LEFT_OUT, "Contended runs left out of the result.", RESULT_LABELS, registry=registry
+            )
+            contended = Gauge(
+                RUN_CONTENDED, "1: the run was contended; 0: quiet.", RUN_LABELS, registry=registry
+            )
+            for run in trial.measured_runs:
+                if run.environment is not None:
+                    labels_run = (exp.spec_name, exp.id, trial.doc.id, fp, str(run.repetition))
+                    contended.labels(*labels_run).set(1 if run.contended else 0)
         for name, metric in trial.metrics.items():
             labels = (exp.spec_name, exp.id, trial.doc.id, fp, record.workload.name, name, metric.unit)
+            if known:
+                left_out.labels(*labels).set(len(trial.left_out))
             gauges["median"].labels(*labels).set(metric.median)
             gauges["ci_low"].labels(*labels).set(metric.ci_low)
             gauges["ci_high"].labels(*labels).set(metric.ci_high)

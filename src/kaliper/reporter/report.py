@@ -1,7 +1,8 @@
 """The report object: everything a report says, computed once, then handed to every writer.
 
 `build_report` loads the experiment (kaliper.reporter.aggregate), gives each run its resources block
-(stored, or asked of Prometheus once and stored), makes the comparisons (kaliper.reporter.baseline) and
+(stored, or asked of Prometheus once and stored) and each cluster run its environment document (stored, or
+asked of Prometheus once and stored: kaliper.monitoring.interference_promql), makes the comparisons (kaliper.reporter.baseline) and
 the summary document. The writers (summary.json, results.csv, report.md, report.html, the Pushgateway
 push) only read it, so the order they run in does not matter.
 """
@@ -12,12 +13,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kaliper.analysis.interference import Thresholds
 from kaliper.monitoring import prometheus
-from kaliper.monitoring.deadline import prometheus_budget
+from kaliper.monitoring.deadline import Budget, prometheus_budget
+from kaliper.monitoring.interference_promql import query_environment
 from kaliper.monitoring.settings import prometheus_url
-from kaliper.reporter.aggregate import ExperimentResult, bulk, load_experiment
+from kaliper.reporter.aggregate import (
+    ExperimentResult,
+    _in_declared_order,
+    bulk,
+    load_experiment,
+    trial_metrics,
+)
 from kaliper.reporter.baseline import ReportComparisons, compare_for_report
 from kaliper.reporter.summary import summary_document
+from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.results.resources import store_resources, unavailable
 from kaliper.storage import Storage
 
@@ -31,7 +41,9 @@ class Report:
 
 def build_report(storage: Storage, experiment_id: str) -> Report:
     result = load_experiment(storage, experiment_id)
-    attach_resources(storage, result)
+    budget = prometheus_budget()  # one deadline for all of the report's Prometheus queries
+    attach_resources(storage, result, budget)
+    attach_environment(storage, result, budget)
     comparisons = compare_for_report(storage, result)  # against the baseline, and stack against stack
     with bulk():
         summary = summary_document(result, comparisons)
@@ -51,7 +63,7 @@ def run_window(
     return None
 
 
-def attach_resources(storage: Storage, result: ExperimentResult) -> None:
+def attach_resources(storage: Storage, result: ExperimentResult, budget: Budget | None = None) -> None:
     """Give every run of `result` its resources block, querying (and storing) those not stored yet.
 
     All the runs share one Prometheus budget (`KALIPER_PROMETHEUS_DEADLINE`): a hung or dead Prometheus
@@ -59,7 +71,7 @@ def attach_resources(storage: Storage, result: ExperimentResult) -> None:
     """
     experiment = result.experiment
     url = prometheus_url(experiment)
-    budget = prometheus_budget()
+    budget = budget if budget is not None else prometheus_budget()
     for trial, run in result.all_runs():
         if run.resources is not None:
             continue
@@ -88,3 +100,70 @@ def attach_resources(storage: Storage, result: ExperimentResult) -> None:
             budget=budget,
         )
         run.resources = store_resources(storage, experiment.id, trial.doc.id, run.repetition, block)
+
+
+def attach_environment(storage: Storage, result: ExperimentResult, budget: Budget | None = None) -> None:
+    """Give each cluster run without an environment document one from Prometheus, stored once.
+
+    Local runs store theirs as they run. Without Prometheus (or with `sampling.interference.enabled`
+    false) nothing is asked or stored (the run stays
+    `unknown`, as runs made before interference was measured). When Prometheus cannot be asked (down,
+    hung, the report's deadline spent) nothing is stored either, so a later report asks again, and the
+    run carries an unstored `unknown` document saying why. The spec's `sampling.interference`
+    thresholds judge. A trial that gains a contended run has its statistics made again without it.
+    """
+    experiment = result.experiment
+    url = prometheus_url(experiment)
+    section = experiment.sampling.get("interference")
+    if url is None or (isinstance(section, dict) and section.get("enabled") is False):
+        return
+    budget = budget if budget is not None else prometheus_budget()
+    thresholds: Thresholds | None = None
+    for trial in result.trials:
+        changed = False
+        for run in trial.runs:
+            if run.environment is not None or run.launch is None or run.launch.executor == "local":
+                continue
+            primary = run.primary
+            window = run_window(
+                primary.started if primary else None,
+                primary.finished if primary else None,
+                run.launch.phases,
+            )
+            if window is None:
+                continue  # never ran: nothing to judge
+            if thresholds is None:
+                thresholds = interference_thresholds(experiment.sampling)
+            found = query_environment(
+                url,
+                window,
+                experiment=experiment.id,
+                trial=trial.doc.id,
+                repetition=run.repetition,
+                thresholds=thresholds,
+                budget=budget,
+            )
+            if isinstance(found, str):
+                run.environment = EnvironmentDoc(
+                    experiment=experiment.id,
+                    trial=trial.doc.id,
+                    repetition=run.repetition,
+                    source="prometheus",
+                    verdict="unknown",
+                    reasons=[found],
+                )
+                continue
+            store_environment(storage, found)
+            run.environment = found
+            changed = changed or found.verdict == "contended"
+        if changed and not trial.include_contended:
+            trial.metrics = _in_declared_order(trial_metrics(trial.counted), experiment.workload)
+
+
+def interference_thresholds(sampling: dict[str, Any]) -> Thresholds:
+    """The spec's `sampling.interference` thresholds (the keys Thresholds knows), else the defaults."""
+    section = sampling.get("interference")
+    if not isinstance(section, dict):
+        return Thresholds()
+    known = set(Thresholds.__dataclass_fields__)
+    return Thresholds.from_dict({k: v for k, v in section.items() if k in known})

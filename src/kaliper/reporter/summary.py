@@ -2,6 +2,11 @@
 
 A pure function of the loaded experiment and its comparisons (no wall-clock time, seeded bootstrap), so
 rerunning the reporter gives a byte-identical file. Its schema is kaliper.results.summary.SummaryDoc.
+
+When a run of the experiment has an environment document, every run gets an `interference` entry
+(verdict, reasons), every trial an `interference` block (counts, what was left out and why, the figures
+with contended runs counted) and the run counts a `contended` count; otherwise none of these keys is
+written, so the summary of an older experiment stays what it was.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from typing import Any
 from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialMetric, TrialResult, run_medians
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import PairedMetric
+from kaliper.reporter.contended import run_interference, trial_interference
 from kaliper.reporter.fingerprint import fingerprint, hardware_class
 from kaliper.reporter.verdict_tables import comparisons_summary, verdict_entry
 from kaliper.results.summary import SUMMARY_SCHEMA
@@ -18,8 +24,9 @@ from kaliper.results.summary import SUMMARY_SCHEMA
 CI_METHOD = "hierarchical-bootstrap"
 
 
-def _run_summary(run: RunResult) -> dict[str, Any]:
+def _run_summary(run: RunResult, known: bool) -> dict[str, Any]:
     primary = run.primary
+    extra = {"interference": run_interference(run)} if known else {}
     return {
         "repetition": run.repetition,
         "status": run.status,
@@ -42,6 +49,7 @@ def _run_summary(run: RunResult) -> dict[str, Any]:
             }
             for name, rs in (run.stats.items() if run.measured else ())
         },
+        **extra,
     }
 
 
@@ -60,10 +68,16 @@ def _trial_stats(metric: TrialMetric) -> dict[str, Any]:
 
 
 def _trial_summary(
-    trial: TrialResult, comparisons: ReportComparisons, verdicts: dict[tuple[str, str], PairedMetric]
+    trial: TrialResult,
+    comparisons: ReportComparisons,
+    verdicts: dict[tuple[str, str], PairedMetric],
+    min_quiet: int | None,
 ) -> dict[str, Any]:
+    """One trial; `min_quiet` None: the experiment has no environment documents (nothing said of them)."""
     counts = trial.counts
     record = trial.first_record
+    known = min_quiet is not None
+    extra = {"interference": trial_interference(trial, min_quiet)} if min_quiet is not None else {}
     return {
         "trial": trial.doc.id,
         "params": trial.doc.params,
@@ -105,7 +119,8 @@ def _trial_summary(
             }
             for name, m in trial.metrics.items()
         },
-        "runs": [_run_summary(r) for r in trial.runs],
+        "runs": [_run_summary(r, known) for r in trial.runs],
+        **extra,
     }
 
 
@@ -131,6 +146,10 @@ def summary_document(result: ExperimentResult, comparisons: ReportComparisons) -
     exp = result.experiment
     runs = [r for _t, r in result.all_runs()]
     verdicts = comparisons.baseline_verdicts()
+    min_quiet = result.min_quiet_runs if result.has_environment else None
+    contended = (
+        {"contended": sum(1 for r in runs if r.measured and r.contended)} if min_quiet is not None else {}
+    )
     return {
         "schema": SUMMARY_SCHEMA,
         "experiment": exp.id,
@@ -144,8 +163,9 @@ def summary_document(result: ExperimentResult, comparisons: ReportComparisons) -
             "succeeded": sum(1 for r in runs if r.measured),
             "failed": sum(1 for r in runs if r.status in ("failed", "timeout")),
             "missing": sum(1 for r in runs if r.status == "missing"),
+            **contended,
         },
-        "trials": [_trial_summary(t, comparisons, verdicts) for t in result.trials],
+        "trials": [_trial_summary(t, comparisons, verdicts, min_quiet) for t in result.trials],
         "provenance": _provenance(result),
         "comparisons": comparisons_summary(comparisons),
     }

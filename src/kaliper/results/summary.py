@@ -6,11 +6,14 @@ file named instead of being misread. Timestamps stay the ISO strings the reporte
 would come back spelled differently), and parts whose shape belongs to other documents (parameters,
 resources blocks, the comparisons section as `kaliper compare --json` writes it) stay free-form.
 Importing this module loads neither numpy nor scipy: `kaliper history` starts fast.
+
+The interference parts (`runs.contended`, each trial's and run's `interference`) are written only for
+experiments with environment documents; absent, they stay absent when a summary is dumped again.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -27,13 +30,29 @@ _TRIAL_STATS: Final = frozenset(
 )
 
 
-class RunCounts(Document):
-    """The experiment's runs by outcome: failed counts timeouts too."""
+class _OptionalKeys(Document):
+    """A document whose optional keys (`_OPTIONAL`) are dumped only when the document had them."""
 
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _keep_absent_keys_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in self._OPTIONAL - self.model_fields_set:
+            data.pop(key, None)
+        return data
+
+
+class RunCounts(_OptionalKeys):
+    """The experiment's runs by outcome: failed counts timeouts too; contended (measured runs judged
+    contended, a part of succeeded) only where runs have environment documents."""
+
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"contended"})
     planned: int
     succeeded: int
     failed: int
     missing: int
+    contended: int | None = None
 
 
 class RepetitionCounts(Document):
@@ -108,7 +127,41 @@ class RunStat(Document):
     cv: float | None
 
 
-class RunSummary(Document):
+class RunInterference(Document):
+    """The run's interference verdict (environment.json): quiet, contended or unknown, and why."""
+
+    verdict: Literal["quiet", "contended", "unknown"]
+    reasons: list[str]
+
+
+class MetricWithContended(Document):
+    """A trial metric with the contended runs counted (what --include-contended would give)."""
+
+    unit: str
+    direction: Direction
+    median: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+
+class TrialInterference(Document):
+    """A trial's runs by interference verdict, what the statistics left out, and why."""
+
+    quiet: int
+    contended: int
+    unknown: int = Field(description="measured runs without an environment document (counted as quiet)")
+    left_out: int = Field(description="contended runs left out of the metrics (0 when included)")
+    included: bool = Field(description="whether contended runs were counted (--include-contended)")
+    min_quiet_runs: int
+    note: str | None
+    with_contended: dict[str, MetricWithContended] = Field(
+        description="per metric, the figures with contended runs counted; {}: no run was left out"
+    )
+
+
+class RunSummary(_OptionalKeys):
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"interference"})
     repetition: int
     status: RunStatus
     error: str | None
@@ -118,9 +171,11 @@ class RunSummary(Document):
     phases: dict[str, str | None] | None = Field(description="ISO 8601 times; null: no launch.json")
     resources: dict[str, Any] | None = Field(description="the run's resources block; null: none")
     stats: dict[str, RunStat]
+    interference: RunInterference | None = None
 
 
-class TrialSummary(Document):
+class TrialSummary(_OptionalKeys):
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"interference"})
     trial: str
     params: dict[str, Any]
     matrix_point: dict[str, Any]
@@ -134,6 +189,7 @@ class TrialSummary(Document):
     repetitions: RepetitionCounts
     metrics: dict[str, TrialMetricSummary]
     runs: list[RunSummary]
+    interference: TrialInterference | None = None
 
 
 class Provenance(Document):

@@ -15,6 +15,7 @@ from kaliper import __version__
 from kaliper.errors import StorageURLError
 from kaliper.jobs.kubeflow import JOB_KIND_OF
 from kaliper.spec.cron import check_cron
+from kaliper.spec.interference import InterferenceSpec
 from kaliper.spec.job import (
     Duration,
     JobSpec,
@@ -58,6 +59,10 @@ class SamplingSpec(StrictModel):
     max_samples: int = Field(2000, ge=6, le=10_000_000, strict=True)
     max_time: Duration = Field(60.0, description="budget for the timed samples of one run")
     confidence: float = Field(0.95, gt=0.5, lt=1, strict=True)
+    interference: InterferenceSpec = Field(
+        default_factory=InterferenceSpec,
+        description="when a run counts as contended (thresholds), quiet runs needed, contended re-runs",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> SamplingSpec:
@@ -253,6 +258,7 @@ class BenchmarkSpec(StrictModel):
 
 __all__ = [
     "BenchmarkSpec",
+    "InterferenceSpec",
     "JobSpec",
     "ResourcesSpec",
     "SamplingSpec",

@@ -52,6 +52,21 @@ def environment_key(experiment: str, trial: str, repetition: int) -> str:
     return f"{run_prefix(experiment, trial, repetition)}/environment.json"
 
 
+ATTEMPTS_FOLDER = "attempts"
+
+
+def attempts_prefix(experiment: str, trial: str, repetition: int) -> str:
+    """Earlier attempts of a run that were contended and run again (`sampling.interference.retry_contended`)."""
+    return f"{run_prefix(experiment, trial, repetition)}/{ATTEMPTS_FOLDER}"
+
+
+def attempt_prefix(experiment: str, trial: str, repetition: int, attempt: int) -> str:
+    """Attempt `attempt` (0 = the first) of a run, kept because a later attempt replaced it: every object
+    the attempt stored (records, launch.json, resources.json, environment.json, logs/) under the same
+    relative key. The run itself (`runs/<repetition>/`) is always its last attempt."""
+    return f"{attempts_prefix(experiment, trial, repetition)}/{attempt}"
+
+
 def log_key(experiment: str, trial: str, repetition: int, replica: str, stream: str) -> str:
     return f"{run_prefix(experiment, trial, repetition)}/logs/{replica}.{stream}.log"
 
@@ -89,4 +104,3 @@ def is_replaceable(key: str) -> bool:
 
 # Documents of a run that are not result records (a record is `<replica>.json` beside them).
 RUN_DOCUMENTS = ("launch.json", "resources.json", "environment.json")
-

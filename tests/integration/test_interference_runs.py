@@ -1,0 +1,215 @@
+"""Interference of real local runs: every run's environment.json, a busy process pinned to the replica's
+core flags its run `contended`, pre-flight waits or refuses under load, and a contended repetition is run
+again with the earlier attempt kept under runs/<rep>/attempts/<n>/."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import CliRunner
+from kaliper.configurator import configure, write_plan
+from kaliper.local.calibration import CalibrationStore
+from kaliper.local.executor import ReplicaProcess
+from kaliper.local.preflight import preflight
+from kaliper.local.runner import RunSettings, run_all
+from kaliper.reporter.aggregate import load_experiment
+from kaliper.spec import load_spec
+from kaliper.storage import layout, open_storage
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("interference_on")]
+
+SPEC = """\
+name: intf
+workload: {name: pi-matmul, params: {dtype: float32, device: cpu, threads: 1, matrix_size: 48}}
+repetitions: %d
+sampling: {warmup: 1, target_rel_ci: 0.0001, min_samples: 6, max_samples: 100000, max_time: 1s%s}
+job: {kind: PyTorchJob, replicas: {Master: 1}, image: ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0}
+"""
+
+# Spins on one CPU until its deadline, or until the process it watches has ended (0: none).
+SPIN = """\
+import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+watch, deadline, n = int(sys.argv[2]), time.monotonic() + float(sys.argv[3]), 0
+def alive(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+while True:
+    n += 1
+    if n % 100000 == 0 and (time.monotonic() > deadline or (watch and not alive(watch))):
+        break
+"""
+
+
+def spin(cpu: int, watch: int = 0, seconds: float = 60.0) -> int:
+    """A busy process pinned to `cpu`, detached (not our child: its CPU never counts as ours when reaped);
+    its pid."""
+    shell = f'"{sys.executable}" -c "$0" {cpu} {watch} {seconds} >/dev/null 2>&1 & echo $!'
+    out = subprocess.run(["sh", "-c", shell, SPIN], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def stop(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def spinners() -> Iterator[list[int]]:
+    started: list[int] = []
+    yield started
+    for pid in started:
+        stop(pid)
+
+
+def write_spec(tmp_path: Path, repetitions: int, extra: str = "") -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC % (repetitions, extra))
+    return path
+
+
+def environments(root: Path) -> list[dict[str, object]]:
+    return [json.loads(p.read_text()) for p in sorted(root.glob("trials/*/runs/*/environment.json"))]
+
+
+def test_kaliper_run_stores_an_environment_document_for_every_run(kaliper: CliRunner, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, 2)
+    env = {
+        "KALIPER_CALIBRATION_DIR": str(tmp_path / "cal"),
+        "KALIPER_PROMETHEUS": "",
+        "KALIPER_PUSHGATEWAY": "",
+    }
+    done = kaliper(
+        "run", str(spec), "--storage", f"file://{tmp_path / 'store'}", "--json", "--preflight=off", env=env
+    )
+    assert done.returncode == 0, done.stderr
+    experiment = json.loads(done.stdout)["experiment"]
+    docs = environments(tmp_path / "store" / "experiments" / experiment)
+    assert [d["repetition"] for d in docs] == [0, 1]
+    for doc in docs:
+        assert doc["schema"] == "kaliper.environment/v1" and doc["source"] == "local" and doc["attempt"] == 0
+        assert doc["verdict"] in ("quiet", "contended")
+        assert doc["verdict"] == "quiet" or doc["reasons"]
+        signals = doc["signals"]
+        assert isinstance(signals, dict)
+        assert signals["window_s"] > 0.5 and signals["own_cpu_s"] > 0 and signals["cores"] >= 1
+        assert {"others_share", "steal_share", "involuntary_ctx_switches", "probe_s"} <= set(signals)
+        probe = doc["probe"]
+        assert isinstance(probe, dict) and probe["before_rate"] > 0 and probe["after_rate"] > 0
+    # the quiet runs' probes are this machine's history now
+    quiet = sum(not any(r.startswith(("other processes", "CPU steal")) for r in d["reasons"]) for d in docs)
+    lines = sum(p.read_text().count("\n") for p in (tmp_path / "cal").glob("*.jsonl"))
+    assert lines == 2 * quiet
+
+
+def local_plan(tmp_path: Path, repetitions: int, extra: str = ""):  # type: ignore[no-untyped-def]
+    loaded = load_spec(write_spec(tmp_path, repetitions, extra))
+    url = f"file://{tmp_path / 'store'}"
+    plan = configure(loaded, storage_url=url)
+    storage = open_storage(url)
+    write_plan(plan, storage)
+    return plan, storage
+
+
+def load_on_the_replicas_core(spinners: list[int], runs: set[int]):  # type: ignore[no-untyped-def]
+    """An on_start hook: for the listed replica starts (0, 1, ...), a busy process on the replica's core."""
+    count = [0]
+
+    def on_start(proc: ReplicaProcess) -> None:
+        if proc.process is not None and count[0] in runs:
+            cpu = min(os.sched_getaffinity(proc.process.pid))
+            spinners.append(spin(cpu, watch=proc.process.pid))
+        count[0] += 1
+
+    return on_start
+
+
+def test_a_busy_process_on_the_replicas_core_flags_the_run_contended(
+    tmp_path: Path, spinners: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KALIPER_PROMETHEUS", raising=False)
+    monkeypatch.delenv("KALIPER_PUSHGATEWAY", raising=False)
+    plan, storage = local_plan(tmp_path, 2)
+    settings = RunSettings(
+        calibration=CalibrationStore(tmp_path / "cal"), on_start=load_on_the_replicas_core(spinners, {1})
+    )
+    outcomes = run_all(storage, plan, settings=settings)
+    assert [o.succeeded for o in outcomes] == [True, True]
+    loaded = outcomes[1]
+    assert loaded.verdict == "contended", loaded
+    doc = json.loads(storage.get(layout.environment_key(plan.experiment.id, "t000", 1)))
+    assert doc["verdict"] == "contended"
+    assert any(r.startswith("other processes used") for r in doc["reasons"]), doc["reasons"]
+    assert doc["signals"]["others_share"] > 0.3
+
+
+def test_contended_repetition_is_run_again_and_the_attempt_kept(
+    tmp_path: Path, spinners: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KALIPER_PROMETHEUS", raising=False)
+    monkeypatch.delenv("KALIPER_PUSHGATEWAY", raising=False)
+    plan, storage = local_plan(tmp_path, 1, ", interference: {retry_contended: 2}")
+    settings = RunSettings(
+        calibration=CalibrationStore(tmp_path / "cal"), on_start=load_on_the_replicas_core(spinners, {0})
+    )
+    (outcome,) = run_all(storage, plan, settings=settings)
+    exp = plan.experiment.id
+    first = json.loads(storage.get(layout.attempt_prefix(exp, "t000", 0, 0) + "/environment.json"))
+    assert first["verdict"] == "contended" and first["attempt"] == 0
+    assert any(r.startswith("other processes used") for r in first["reasons"])
+    final = json.loads(storage.get(layout.environment_key(exp, "t000", 0)))
+    assert final["attempt"] == outcome.attempt >= 1
+    # the machine is shared: a later attempt may be contended too, but then only because retries ran out
+    assert final["verdict"] == "quiet" or final["attempt"] == 2
+    run = layout.run_prefix(exp, "t000", 0) + "/"
+    names = {k[len(run) :] for k in storage.list(run)}
+    for name in ("master-0.json", "launch.json", "environment.json", "logs/master-0.stderr.log"):
+        assert name in names and f"attempts/0/{name}" in names
+    result = load_experiment(storage, exp)  # the reporter sees one run: the last attempt
+    (trial,) = result.trials
+    assert [r.repetition for r in trial.runs] == [0] and trial.runs[0].measured
+
+
+def test_preflight_waits_under_load_then_starts_and_says_so(tmp_path: Path, spinners: list[int]) -> None:
+    spinners += [spin(cpu, seconds=30) for cpu in sorted(os.sched_getaffinity(0))[:1]]
+    said: list[str] = []
+    from kaliper.analysis.interference import Thresholds
+
+    result = preflight(
+        "on", Thresholds(), 3.0, CalibrationStore(tmp_path / "cal"), said.append, recheck_s=0.5
+    )
+    assert not result.quiet and result.checks >= 2
+    assert "busy (other processes used" in said[0] and "starting anyway" in said[-1]
+
+
+def test_strict_preflight_under_load_refuses_and_writes_nothing(
+    kaliper: CliRunner, tmp_path: Path, spinners: list[int]
+) -> None:
+    spinners += [spin(cpu, seconds=30) for cpu in sorted(os.sched_getaffinity(0))[:1]]
+    spec = write_spec(tmp_path, 1)
+    store = tmp_path / "store"
+    env = {"KALIPER_CALIBRATION_DIR": str(tmp_path / "cal")}
+    done = kaliper(
+        "run",
+        str(spec),
+        "--storage",
+        f"file://{store}",
+        "--preflight=strict",
+        "--preflight-wait",
+        "0",
+        env=env,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "still busy" in done.stderr and "nothing was run" in done.stderr
+    assert not store.exists() or not list(store.rglob("*.json"))

@@ -141,7 +141,9 @@ def unstored_error(storage: SpoolingStorage, experiment: str) -> StorageError | 
     )
 
 
-def finish_report(storage: SpoolingStorage, experiment: str, replace: bool = False) -> ReportPaths:
+def finish_report(
+    storage: SpoolingStorage, experiment: str, replace: bool = False, include_contended: bool = False
+) -> ReportPaths:
     """Sync what the spool holds, write the report, sync again; forget the journal once all is stored.
 
     While storage stays unusable the report is made from the spool and written there: its paths say so,
@@ -150,7 +152,7 @@ def finish_report(storage: SpoolingStorage, experiment: str, replace: bool = Fal
     if not storage.stored(experiment):
         with contextlib.suppress(KaliperError):
             storage.sync(experiment)
-    report = write_report(storage, experiment, replace=replace)
+    report = write_report(storage, experiment, replace=replace, include_contended=include_contended)
     if not storage.stored(experiment):
         with contextlib.suppress(KaliperError):
             storage.sync(experiment)

@@ -187,7 +187,6 @@ def report(
     (exit 2) unless `--replace`.
     """
     from kaliper.cli.pipeline import finish_report, open_spooled, unstored_error
-    from kaliper.reporter import counting_contended
     from kaliper.spec.services import EXPERIMENT_ID
 
     if not EXPERIMENT_ID.match(experiment):  # before storage is touched: no path games with the id
@@ -198,8 +197,7 @@ def report(
     # An unknown experiment: NotFoundError (exit 2) from loading it, before anything is written.
     # Through this machine's spool: objects a run could not store are stored first (kaliper.storage.spool).
     spooled = open_spooled(storage)
-    with counting_contended(include_contended):
-        paths = finish_report(spooled, experiment, replace=replace)
+    paths = finish_report(spooled, experiment, replace=replace, include_contended=include_contended)
     if paths.replaced:
         print(f"replaced: the previous report is kept in {paths.replaced}")
     print(f"report: {paths.markdown}")

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kaliper.errors import InputError
-from kaliper.reporter.aggregate import counting_contended
 from kaliper.reporter.html import report_html
 from kaliper.reporter.outputs import report_markdown, results_csv
 from kaliper.reporter.push_summary import push_summary
@@ -51,21 +50,16 @@ def _stored_report(storage: Storage, experiment_id: str) -> dict[str, bytes | No
 
 
 def write_report(
-    storage: Storage, experiment_id: str, replace: bool = False, include_contended: bool | None = None
+    storage: Storage, experiment_id: str, replace: bool = False, include_contended: bool = False
 ) -> ReportPaths:
     """Compute and store the report; identical inputs give identical files, so reruns are safe.
 
     A stored report with other content: ReportDiffersError (exit 2) naming the file, unless `replace`,
     which keeps the old files under report/replaced/<UTC stamp>/ and writes the new ones over report/.
     Nothing is written before that decision, so a refusal leaves the stored report whole.
-    Runs judged contended are left out of the statistics unless `include_contended` (None: as the
-    enclosing `counting_contended` block says; by default not).
+    Runs judged contended are left out of the statistics unless `include_contended`.
     """
-    if include_contended is None:
-        report = build_report(storage, experiment_id)
-    else:
-        with counting_contended(include_contended):
-            report = build_report(storage, experiment_id)
+    report = build_report(storage, experiment_id, include_contended)
     files = {
         "summary.json": dump_json(report.summary),
         "results.csv": results_csv(report).encode(),
@@ -110,6 +104,5 @@ __all__ = [
     "ReportDiffersError",
     "ReportPaths",
     "build_report",
-    "counting_contended",
     "write_report",
 ]

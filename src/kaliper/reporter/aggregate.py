@@ -19,7 +19,6 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -435,32 +434,15 @@ def report_workers(runs: int) -> int:
     )
 
 
-# Whether contended runs count where a caller does not say (`counting_contended`): how `kaliper report
-# --include-contended` reaches the loads made by build_report and the pipeline without a parameter there.
-_INCLUDE_CONTENDED: ContextVar[bool] = ContextVar("kaliper_include_contended", default=False)
-
-
-@contextmanager
-def counting_contended(include: bool) -> Iterator[None]:
-    """Within the block, `load_experiment` calls that do not say count contended runs iff `include`."""
-    token = _INCLUDE_CONTENDED.set(include)
-    try:
-        yield
-    finally:
-        _INCLUDE_CONTENDED.reset(token)
-
-
 def load_experiment(
-    storage: Storage, experiment_id: str, workers: int | None = None, include_contended: bool | None = None
+    storage: Storage, experiment_id: str, workers: int | None = None, include_contended: bool = False
 ) -> ExperimentResult:
     """Every document of an experiment, reduced (see the module docstring); contended runs count in the
-    statistics only with `include_contended` (None: as `counting_contended` says, by default not).
+    statistics only with `include_contended`.
 
     Trials are independent, so large experiments are loaded by `workers` processes (default
     `report_workers`), chunks of trials each, in order: the result is the same for any number of workers.
     """
-    if include_contended is None:
-        include_contended = _INCLUDE_CONTENDED.get()
     experiment = read_experiment(storage, experiment_id)
     # Keys grouped by run, so each run looks only at its own (linear in the experiment): where listing is
     # a request per page (S3), one listing of the experiment here; on a file system, each trial's

@@ -39,8 +39,9 @@ class Report:
     summary: dict[str, Any]  # summary.json, as written
 
 
-def build_report(storage: Storage, experiment_id: str) -> Report:
-    result = load_experiment(storage, experiment_id)
+def build_report(storage: Storage, experiment_id: str, include_contended: bool = False) -> Report:
+    """The report object; contended runs count in its statistics only with `include_contended`."""
+    result = load_experiment(storage, experiment_id, include_contended=include_contended)
     budget = prometheus_budget()  # one deadline for all of the report's Prometheus queries
     attach_resources(storage, result, budget)
     attach_environment(storage, result, budget)

@@ -229,27 +229,9 @@ def query_resources(
     if not url:
         return _unavailable(f"no Prometheus configured ({ENV_URL} unset)", None, scope)
     budget = budget if budget is not None else prometheus_budget()
-    timeout = budget.timeout(timeout_s)
-    if timeout is None:
-        return _unavailable(budget.reason or "", url, scope)  # the same reason for every run: said once
-    try:
-        from prometheus_api_client import PrometheusConnect
-        from urllib3.util.retry import Retry
-
-        # No retry on a refused or timed-out connection (the budget decides); a few on 502/503/504.
-        retry = Retry(
-            total=2, connect=0, read=0, status=2, backoff_factor=0.2, status_forcelist=(502, 503, 504)
-        )
-        client = PrometheusConnect(
-            url=url, disable_ssl=not url.startswith("https"), retry=retry, timeout=timeout
-        )
-        if not client.check_prometheus_connection():
-            budget.give_up(f"Prometheus at {url} did not answer")
-            return _unavailable(f"Prometheus at {url} did not answer", url, scope)
-    except Exception as exc:  # the report must be written without resources
-        reason = f"Prometheus at {url} unreachable: {type(exc).__name__}: {exc}"
-        budget.give_up(reason)
-        return _unavailable(reason, url, scope)
+    client, why = connect(url, budget, timeout_s)  # the same reason for every run once given up: said once
+    if client is None:
+        return _unavailable(why or "", url, scope)
     step = _step_seconds(start, end)
     pod_sel = pod_selector(experiment, trial, repetition, namespace)
     sel = pushed_selector(experiment, trial, repetition)

@@ -284,3 +284,30 @@ def test_cli_flags(storage: Storage, kaliper: Any) -> None:
     kaliper("report", base, "--storage", storage.url)
     out = kaliper("history", "--storage", storage.url, "--metric", "gflops")
     assert out.returncode == 0, out.stderr
+
+
+def test_kaliper_run_table_says_when_runs_were_left_out(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kaliper.cli.run import _print_summary
+
+    monkeypatch.setenv("COLUMNS", "200")  # one table row per line
+    metric = {"median": 10.0, "ci_low": 9.0, "ci_high": 11.0, "unit": "GFLOP/s"}
+    trial = {
+        "trial": "t000",
+        "matrix_point": {"n": 1},
+        "status": "ok",
+        "repetitions": {"ok": 3, "planned": 3},
+    }
+    document = {
+        "experiment": "x-20261124T000000Z-abcd",
+        "runs": {"planned": 6, "contended": 4},
+        "trials": [
+            {**trial, "metrics": {"gflops": metric}, "interference": {"left_out": 1}},
+            {**trial, "trial": "t001", "metrics": {}, "interference": {"left_out": 3}},
+        ],
+    }
+    _print_summary(document)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(1 contended left out)" in out and "no quiet run (3 contended)" in out
+    assert "4 of 6 runs were contended" in out and "--include-contended" in out

@@ -146,6 +146,12 @@ def _print_summary(document: dict[str, Any]) -> None:
             name = next((n for n in HEADLINE_METRICS if n in metrics), next(iter(metrics)))
             m = metrics[name]
             headline = f"{name}: {m['median']:.4g} [{m['ci_low']:.4g}, {m['ci_high']:.4g}] {m['unit']}"
+        interference = trial.get("interference")
+        if isinstance(interference, dict) and interference.get("left_out"):
+            left = interference["left_out"]
+            headline = (
+                f"{headline} ({left} contended left out)" if headline else f"no quiet run ({left} contended)"
+            )
         point = ", ".join(f"{k}={v}" for k, v in trial["matrix_point"].items())
         reps = trial["repetitions"]
         style = {"ok": "green", "partial": "yellow"}.get(trial["status"], "red")
@@ -156,7 +162,15 @@ def _print_summary(document: dict[str, Any]) -> None:
             f"{reps['ok']}/{reps['planned']}",
             headline,
         )
-    Console(stderr=False).print(table)
+    console = Console(stderr=False)
+    console.print(table)
+    contended = document.get("runs", {}).get("contended")
+    if contended:
+        console.print(
+            f"{contended} of {document['runs']['planned']} runs were contended (the machine was busy): kept in "
+            f"the report, left out of its medians; `kaliper report {document['experiment']} --include-contended "
+            "--replace` counts them"
+        )
 
 
 def report(

@@ -26,7 +26,7 @@ _NUMBER = re.compile(r"^[+-]?(\d[\d_]*)?(\.\d*)?([eE][+-]?\d+)?$")
 
 def workload(
     name: Annotated[str, typer.Argument(help="Built-in workload, e.g. pi-matmul.")],
-    framework: Annotated[str, typer.Option(help="pytorch | tensorflow")] = "pytorch",
+    framework: Annotated[str, typer.Option(help="pytorch | tensorflow | numpy")] = "pytorch",
     param: Params = None,
     warmup: Annotated[int, typer.Option(min=0)] = 5,
     target_rel_ci: TargetRelCi = 0.02,
@@ -70,7 +70,7 @@ def exec_command(
     failure_pattern: Annotated[str | None, typer.Option(help="A matching line fails the run.")] = None,
     workload_name: Annotated[str, typer.Option("--workload", help="Name in the record.")] = "custom",
     framework: Annotated[
-        str | None, typer.Option(help="pytorch | tensorflow: its version is recorded.")
+        str | None, typer.Option(help="pytorch | tensorflow | numpy: its version is recorded.")
     ] = None,
     param: Params = None,
     primary_type: Annotated[

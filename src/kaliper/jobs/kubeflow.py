@@ -20,7 +20,9 @@ REPLICA_TYPES: Final[dict[str, tuple[str, ...]]] = {
     "PyTorchJob": ("Master", "Worker"),
     "TFJob": ("Chief", "Master", "PS", "Worker", "Evaluator"),
 }
-JOB_KIND_OF: Final = {"pytorch": "PyTorchJob", "tensorflow": "TFJob"}  # framework → job kind
+# framework → job kind. A NumPy workload is one process with no distributed runtime of its own: it runs
+# as a one-container PyTorchJob (Master: 1), like a single-process PyTorch run; the PyTorch image has NumPy.
+JOB_KIND_OF: Final = {"pytorch": "PyTorchJob", "tensorflow": "TFJob", "numpy": "PyTorchJob"}
 REPLICA_SPECS_FIELD: Final = {"PyTorchJob": "pytorchReplicaSpecs", "TFJob": "tfReplicaSpecs"}
 CONTAINER_NAME: Final = {"PyTorchJob": "pytorch", "TFJob": "tensorflow"}  # the operator's default container
 OPERATOR_NAME: Final = {"PyTorchJob": "pytorchjob-controller", "TFJob": "tfjob-controller"}

@@ -120,7 +120,7 @@ class WorkloadSpec(StrictModel):
     workdir: str | None = Field(
         None, description="local runs: working directory, relative to the spec file (default: its directory)"
     )
-    framework: Literal["pytorch", "tensorflow"] = "pytorch"
+    framework: Literal["pytorch", "tensorflow", "numpy"] = "pytorch"
     params: Annotated[dict[str, Scalar], AfterValidator(param_names)] = Field(default_factory=dict)
     metrics: list[MetricSpec] = Field(default_factory=list, max_length=100)
     metrics_format: Literal["mllog", "jsonl"] | None = Field(

@@ -75,6 +75,7 @@ PI_MATMUL = WorkloadDef(
     implementations={
         "pytorch": "kaliper.workloads.pi_matmul_torch:run",
         "tensorflow": "kaliper.workloads.pi_matmul_tf:run",
+        "numpy": "kaliper.workloads.pi_matmul_numpy:run",
     },
     version="1",
 )

@@ -53,6 +53,7 @@ FORWARDED: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 FRAMEWORK_DISTS: Final = {
     "pytorch": ("torch",),
     "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-intel", "tf-nightly", "tensorflow-macos"),
+    "numpy": ("numpy",),
     "jax": ("jax",),
 }
 

@@ -185,7 +185,7 @@ def configure(
             "template": spec.workload.template,
             "framework": spec.workload.framework,
             "params": spec.workload.params,
-            **_own_job(spec),
+            **_own_job(spec, workload["rules"]),
         },
         repetitions=spec.repetitions,
         sampling=documented,
@@ -197,16 +197,15 @@ def configure(
     return ExperimentPlan(experiment=experiment, trials=trials, spec_text=loaded.text)
 
 
-def _own_job(spec: BenchmarkSpec) -> dict[str, Any]:
+def _own_job(spec: BenchmarkSpec, rules: str | None) -> dict[str, Any]:
     """What experiment.json says of the user's own job (nothing for a built-in workload, whose documents
-    stay as they were): the command, whether it is wrapped, the extraction rules runners apply."""
-    rules = spec.workload.rules()
+    stay as they were): the command, whether it is wrapped, the extraction rules (JSON) runners apply."""
     if spec.workload.command is None and rules is None:
         return {}
     return {
         "command": spec.workload.command,
         "wrap": spec.workload.wrap,
-        "rules": None if rules is None else rules.to_json(),
+        "rules": rules,
     }
 
 

@@ -20,8 +20,8 @@ from kaliper.monitoring.interference_promql import query_environment
 from kaliper.monitoring.settings import prometheus_url
 from kaliper.reporter.aggregate import (
     ExperimentResult,
-    _in_declared_order,
     bulk,
+    in_declared_order,
     load_experiment,
     trial_metrics,
 )
@@ -158,7 +158,7 @@ def attach_environment(storage: Storage, result: ExperimentResult, budget: Budge
             run.environment = found
             changed = changed or found.verdict == "contended"
         if changed and not trial.include_contended:
-            trial.metrics = _in_declared_order(trial_metrics(trial.counted), experiment.workload)
+            trial.metrics = in_declared_order(trial_metrics(trial.counted), experiment.workload)
 
 
 def interference_thresholds(sampling: dict[str, Any]) -> Thresholds:

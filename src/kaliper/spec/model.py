@@ -27,14 +27,13 @@ from kaliper.spec.job import (
 )
 from kaliper.spec.kubenames import check_dns1035_label, check_dns1123_subdomain, require
 from kaliper.spec.services import MonitoringSpec, ReportSpec, S3Spec, StrictModel
-from kaliper.spec.workload import Scalar, WorkloadSpec, param_names, placeholders
+from kaliper.spec.workload import MAX_TEXT, Scalar, WorkloadSpec, param_names, placeholders
 from kaliper.storage import DEFAULT_STORAGE_URL, check_storage_url, file_path
 
 # RFC 1035 label: the training operator names a Service per replica after the job, and Service names
 # must start with a letter.
 DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 TIMEZONE = re.compile(r"[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*")
-MAX_TEXT = 4096
 
 
 def _text(value: str | None) -> str | None:

@@ -186,42 +186,37 @@ class JobApi:
         items = listing.get("items") if isinstance(listing, dict) else None
         return [i for i in items or [] if isinstance(i, dict)]
 
-    def read_log(self, namespace: str, pod: str, container: str, tail_lines: int) -> str:
-        """The last lines of a container's log, as text (never parsed: a JSON log line stays text)."""
+    def _pod_log(self, namespace: str, pod: str, container: str, most: int | None, **query: Any) -> bytes:
+        """A container's log as bytes (at most `most` read from the response), the connection released."""
         try:
             response = self.core.read_namespaced_pod_log(
-                pod,
-                namespace,
-                container=container,
-                tail_lines=tail_lines,
-                _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT_S,
+                pod, namespace, container=container, _preload_content=False, **query
             )
             try:
-                data: bytes = response.data
+                data: bytes = response.data if most is None else response.read(most)
             finally:
                 response.release_conn()
         except Exception as exc:
             raise self._fail(f"reading the log of {pod}/{container} in namespace {namespace}", exc) from None
+        return data
+
+    def read_log(self, namespace: str, pod: str, container: str, tail_lines: int) -> str:
+        """The last lines of a container's log, as text (never parsed: a JSON log line stays text)."""
+        data = self._pod_log(
+            namespace, pod, container, None, tail_lines=tail_lines, _request_timeout=REQUEST_TIMEOUT_S
+        )
         return data.decode("utf-8", errors="replace")
 
     def read_full_log(self, namespace: str, pod: str, container: str, limit_bytes: int) -> tuple[str, bool]:
         """A container's whole log from its start, at most `limit_bytes` (the API's `limitBytes`, so the
         server stops there), and whether it was cut. Text as the kubelet stores it: stdout and stderr
         interleaved; bytes that are not UTF-8 replaced."""
-        try:
-            response = self.core.read_namespaced_pod_log(
-                pod,
-                namespace,
-                container=container,
-                limit_bytes=limit_bytes,
-                _preload_content=False,
-                _request_timeout=(CONNECT_TIMEOUT_S, LOG_READ_TIMEOUT_S),
-            )
-            try:
-                data: bytes = response.read(limit_bytes + 1)
-            finally:
-                response.release_conn()
-        except Exception as exc:
-            raise self._fail(f"reading the log of {pod}/{container} in namespace {namespace}", exc) from None
+        data = self._pod_log(
+            namespace,
+            pod,
+            container,
+            limit_bytes + 1,
+            limit_bytes=limit_bytes,
+            _request_timeout=(CONNECT_TIMEOUT_S, LOG_READ_TIMEOUT_S),
+        )
         return data[:limit_bytes].decode("utf-8", errors="replace"), len(data) >= limit_bytes

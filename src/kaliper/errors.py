@@ -170,6 +170,11 @@ class NotFoundError(InputError):
     """An experiment, trial or object asked for does not exist."""
 
 
+class StackError(InputError):
+    """A stack cannot be set up as given: requirements that do not resolve or conflict, a CUDA build on a
+    machine without a GPU, an interpreter that is not there. Found before any run; nothing written."""
+
+
 class StorageError(KaliperError):
     """Reading or writing storage failed."""
 
@@ -184,6 +189,10 @@ class ExecutionError(KaliperError):
 
 class RunsFailedError(KaliperError):
     """At least one run failed; the report was still written."""
+
+
+class StackBuildError(KaliperError):
+    """Building a stack's environment failed for a reason outside the spec (uv missing, disk, network)."""
 
 
 class WorkloadError(KaliperError):

@@ -21,13 +21,14 @@ import yaml
 from kaliper import __version__
 from kaliper.configurator.command import render_command
 from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
-from kaliper.configurator.podenv import job_env
+from kaliper.configurator.podenv import job_env, stack_env
 from kaliper.configurator.render import BUILTIN_TEMPLATES, LIBRARY_DIR, TemplateEvaluator
 from kaliper.errors import SpecError, TemplateError
 from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_TRIAL
 from kaliper.jobs.manifest import replica_counts
 from kaliper.results.documents import ExperimentDoc, JobRef, StackRef, TrialDoc, to_document
 from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
+from kaliper.spec.stack import stack_requirements
 from kaliper.storage import Storage, layout
 from kaliper.workloads import get_workload
 
@@ -114,6 +115,7 @@ def configure(
     if not spec.sampling.interference.is_default():  # so documents of specs without one stay as they were
         documented["interference"] = spec.sampling.interference.document()
 
+    requirements = {s.name: stack_requirements(s, loaded.base_dir, loaded.source) for s in _stacks(spec)}
     pending: list[tuple[int, StackSpec, dict[str, Any], dict[str, Any], dict[str, Any]]] = []
     for index, (stack, point) in enumerate(itertools.product(_stacks(spec), matrix_points(spec.matrix))):
         trial_id = f"t{index:03d}"
@@ -127,7 +129,7 @@ def configure(
             "namespace": spec.job.namespace,
             "labels": {LABEL_EXPERIMENT: experiment_id, LABEL_TRIAL: trial_id},
             # Pushgateway and s3:// settings (secretKeyRefs, never credential values), appended by kaliper.env
-            "env": job_env(spec, storage),
+            "env": job_env(spec, storage) + stack_env(stack.env),
         }
         job = {
             "kind": spec.job.kind,
@@ -169,7 +171,13 @@ def configure(
             index=index,
             params=params,
             matrix_point=point,
-            stack=StackRef(name=stack.name, image=arguments["job"]["image"], requirements=stack.requirements),
+            stack=StackRef(
+                name=stack.name,
+                image=arguments["job"]["image"],
+                requirements=requirements[stack.name],
+                env=stack.env,
+                python=stack.python,
+            ),
             job=JobRef(kind=spec.job.kind, name=run["name"], replicas=replica_counts(manifest)),
         )
         trials.append(TrialPlan(doc=doc, manifest=manifest))

@@ -71,6 +71,14 @@ def job_env(spec: BenchmarkSpec, storage_url: str) -> list[EnvVar]:
     return env + storage_env(storage_url, spec.s3)
 
 
+def stack_env(variables: dict[str, str]) -> list[EnvVar]:
+    """A stack's `env` (kaliper.spec.stack checked the names), and their names for provenance; nothing
+    when the stack sets none, so manifests of stacks without env keep their bytes."""
+    if not variables:
+        return []
+    return [*(value_env(k, v) for k, v in variables.items()), value_env(env.STACK_ENV, ",".join(variables))]
+
+
 def step_env(storage_url: str, s3: S3Spec, prometheus: str | None = None) -> list[EnvVar]:
     """A configure/launch/report step pod: its storage's settings; the report step also gets Prometheus."""
     env = storage_env(storage_url, s3)

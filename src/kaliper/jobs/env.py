@@ -21,6 +21,10 @@ STORAGE: Final = "KALIPER_STORAGE"
 IMAGE: Final = "KALIPER_IMAGE"
 POD_IDENTITY: Final = (EXPERIMENT, TRIAL, REPETITION, REPLICA_TYPE, REPLICA_INDEX, STORAGE, IMAGE)
 
+# The names of the variables a stack's `env` sets (comma-separated): provenance records them whatever
+# their names (kaliper.results.provenance.relevant_env), so a record shows what its stack changed.
+STACK_ENV: Final = "KALIPER_STACK_ENV"
+
 # Services (spec `s3:` and `monitoring:`; on one's own machine the environment wins over the spec).
 S3_ENDPOINT: Final = "KALIPER_S3_ENDPOINT"
 S3_ENDPOINT_FALLBACKS: Final = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")  # the AWS SDKs' own

@@ -10,7 +10,16 @@ from datetime import datetime
 from typing import Any, Final, Literal, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from kaliper.errors import SchemaVersionError, redactor
 from kaliper.spec.validation import describe_validation_error
@@ -30,7 +39,21 @@ class Document(BaseModel):
 class StackRef(Document):
     name: str
     image: str | None
-    requirements: list[str] = Field(default_factory=list)
+    requirements: list[str] = Field(
+        default_factory=list, description="requirements_file's lines, then requirements (as given)"
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="the stack's environment variables")
+    python: str | None = Field(None, description="the interpreter asked for (absent: Kaliper's)")
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Stacks without env or interpreter keep the trial.json bytes they had before these existed."""
+        data: dict[str, Any] = handler(self)
+        if not self.env:
+            data.pop("env", None)
+        if self.python is None:
+            data.pop("python", None)
+        return data
 
 
 class JobRef(Document):

@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 from kaliper.errors import REDACTED, is_secret_name, redact, redactor
+from kaliper.jobs import env as env_names
 from kaliper.results.record import Hardware, Package, Stack
 
 # Environment variables that change how frameworks and BLAS behave; nothing else is recorded, and of
@@ -105,14 +106,16 @@ def installed_packages() -> list[Package]:
 
 
 def relevant_env() -> dict[str, str]:
-    """The allow-listed variables (_ENV_PREFIXES), less any whose name says secret (`TF_VAR_*`,
+    """The allow-listed variables (_ENV_PREFIXES) and those the run's stack sets (named in
+    KALIPER_STACK_ENV: `LD_PRELOAD`, `DNNL_MAX_CPU_ISA`...), less any whose name says secret (`TF_VAR_*`,
     `NCCL_IB_AUTH`, `*_TOKEN`: kaliper.errors.is_secret_name), values redacted (a URL's user-info, a
     secret query parameter, another variable's secret value)."""
     clean = redactor()
+    declared = set(filter(None, os.environ.get(env_names.STACK_ENV, "").split(",")))
     return {
         k: clean(v)
         for k, v in sorted(os.environ.items())
-        if k.startswith(_ENV_PREFIXES) and not is_secret_name(k)
+        if (k.startswith(_ENV_PREFIXES) or k in declared) and not is_secret_name(k)
     }
 
 

@@ -27,12 +27,10 @@ from kaliper.spec.job import (
 )
 from kaliper.spec.kubenames import check_dns1035_label, check_dns1123_subdomain, require
 from kaliper.spec.services import MonitoringSpec, ReportSpec, S3Spec, StrictModel
+from kaliper.spec.stack import StackSpec
 from kaliper.spec.workload import MAX_TEXT, Scalar, WorkloadSpec, param_names, placeholders
 from kaliper.storage import DEFAULT_STORAGE_URL, check_storage_url, file_path
 
-# RFC 1035 label: the training operator names a Service per replica after the job, and Service names
-# must start with a letter.
-DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 TIMEZONE = re.compile(r"[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*")
 
 
@@ -68,36 +66,6 @@ class SamplingSpec(StrictModel):
         if self.min_samples > self.max_samples:
             raise ValueError(f"min_samples ({self.min_samples}) exceeds max_samples ({self.max_samples})")
         return self
-
-
-class StackSpec(StrictModel):
-    """One software stack to compare: an image (cluster) and/or pinned requirements."""
-
-    name: str
-    image: str | None = None
-    requirements: list[str] = Field(default_factory=list, max_length=1000)
-
-    @field_validator("name")
-    @classmethod
-    def _label(cls, value: str) -> str:
-        if len(value) > 20 or not DNS_LABEL.fullmatch(value):
-            raise ValueError("expected a DNS label (starting with a letter) of at most 20 characters")
-        return value
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, value: str | None) -> str | None:
-        return None if value is None else check_image(value)
-
-    @field_validator("requirements")
-    @classmethod
-    def _requirements(cls, value: list[str]) -> list[str]:
-        for i, line in enumerate(value):
-            if not line.strip() or len(line) > 1024 or not line.isprintable():
-                raise ValueError(
-                    f"[{i}]: expected one pip requirement per entry (printable, 1 to 1024 characters)"
-                )
-        return value
 
 
 class WorkflowSpec(StrictModel):
@@ -214,8 +182,9 @@ class BenchmarkSpec(StrictModel):
     @classmethod
     def _unique_stacks(cls, value: list[StackSpec]) -> list[StackSpec]:
         names = [s.name for s in value]
-        if len(set(names)) != len(names):
-            raise ValueError("stack names must be unique")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"stack names must be unique; {', '.join(twice)} given more than once")
         return value
 
     @field_validator("storage")

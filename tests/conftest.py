@@ -23,6 +23,9 @@ os.environ.setdefault("KALIPER_SPOOL_DIR", tempfile.mkdtemp(prefix="kaliper-test
 os.environ.setdefault("KALIPER_INTERFERENCE", "off")
 os.environ.setdefault("KALIPER_PREFLIGHT", "off")
 os.environ.setdefault("KALIPER_CALIBRATION_DIR", tempfile.mkdtemp(prefix="kaliper-test-calibration-"))
+# Stack environments the tests build never land in the user's cache (~/.cache/kaliper/stacks); the stack
+# tests give each run its own KALIPER_STACKS_DIR anyway.
+os.environ["KALIPER_STACKS_DIR"] = tempfile.mkdtemp(prefix="kaliper-test-stacks-")
 
 
 def skip_or_fail(reason: str) -> None:

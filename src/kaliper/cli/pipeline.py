@@ -25,7 +25,7 @@ from kaliper.local.interrupt import StopRequest
 from kaliper.local.preflight import DEFAULT_WAIT_S, PreflightMode, PreflightResult, preflight
 from kaliper.local.runner import RunOutcome, RunSettings, run_all
 from kaliper.reporter import ReportPaths, write_report
-from kaliper.spec import BenchmarkSpec, LoadedSpec
+from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
 from kaliper.spec.loader import workdir_of
 from kaliper.storage import FILE_SCHEME, Storage, file_path, layout, open_storage
 from kaliper.storage.spool import Spool, SpoolingStorage, spool_root
@@ -72,15 +72,35 @@ def s3_defaults(spec: BenchmarkSpec) -> dict[str, str]:
     return {name: value for name, value in names.items() if value}
 
 
-def _check_local(loaded: LoadedSpec) -> None:
-    stacks = loaded.spec.stacks
-    distinct = len({(s.image, tuple(s.requirements)) for s in stacks}) > 1
-    if distinct:
-        raise InputError(
-            f"{loaded.source}: stacks: {len(loaded.spec.stacks)} stacks with different images or requirements "
-            "cannot be compared by a local run, which measures the current Python environment only; "
-            "submit the spec to a cluster, or keep one stack"
+def check_local_stacks(loaded: LoadedSpec) -> None:
+    """One machine runs no images: stacks that differ in their image only would measure this environment
+    under two names, a comparison of nothing. (Identical stacks are allowed: an A/A run is how one sees
+    the noise floor.)"""
+    local: dict[str, list[StackSpec]] = {}
+    for stack in loaded.spec.stacks:
+        identity = repr(
+            (stack.requirements, stack.requirements_file, stack.python, sorted(stack.env.items()))
         )
+        local.setdefault(identity, []).append(stack)
+    for same in local.values():
+        if len({s.image for s in same}) > 1:
+            names = ", ".join(s.name for s in same)
+            raise InputError(
+                f"{loaded.source}: stacks: {names} differ only in their image, which a local run cannot run "
+                "(it measures this machine's Python environments); give each its requirements, python or "
+                "env, or compile the spec for a cluster"
+            )
+
+
+def prepare_stacks(loaded: LoadedSpec, console: Console | None) -> dict[str, str]:
+    """Stack name → interpreter of its environment, built now when the cache lacks it (kaliper.stacks;
+    a bad stack raises StackError before anything is built). Nothing to build: {} without importing it."""
+    if not any(s.needs_environment() for s in loaded.spec.stacks):
+        return {}
+    from kaliper.stacks import prepare_environments
+
+    built = prepare_environments(loaded, console)
+    return {name: str(environment.python) for name, environment in built.items()}
 
 
 def run_spec(
@@ -100,11 +120,12 @@ def run_spec(
     `preflight_mode` (`kaliper run --preflight`, default there `on`): wait up to `preflight_wait_s` for a
     quiet machine before the first run; `strict` raises MachineBusy then, before anything is written.
     """
-    _check_local(loaded)
+    check_local_stacks(loaded)
     cwd = workdir_of(loaded) if loaded.spec.workload.command is not None else None
     url = absolute_storage_url(storage_url or loaded.spec.storage)
     storage = open_spooled(url, s3_defaults(loaded.spec))
     plan = configure(loaded, storage_url=url)  # configure: everything checked before anything is written
+    pythons = prepare_stacks(loaded, console)  # the stacks' environments: also before anything is written
     check_writable(storage.storage)
     calibration = CalibrationStore()
     checked = None
@@ -116,7 +137,11 @@ def run_spec(
     recover_spooled(storage, skip=plan.experiment.id)
     write_plan(plan, storage)
     settings = RunSettings(
-        should_stop=stop, env={env.SPOOL_DIR: str(spool_root())}, cwd=cwd, calibration=calibration
+        should_stop=stop,
+        env={env.SPOOL_DIR: str(spool_root())},
+        cwd=cwd,
+        calibration=calibration,
+        pythons=pythons,
     )
     outcomes = run_all(storage, plan, console, settings)  # execute
     report = finish_report(storage, plan.experiment.id)  # report

@@ -138,6 +138,7 @@ def _print_summary(document: dict[str, Any]) -> None:
     table.add_column("status")
     table.add_column("ok runs", justify="right")
     table.add_column("median [95% CI]", justify="right")
+    several_stacks = len({_stack_name(t) for t in document["trials"]}) > 1
     for trial in document["trials"]:
         metrics = trial["metrics"]
         headline = ""
@@ -153,6 +154,8 @@ def _print_summary(document: dict[str, Any]) -> None:
                 f"{headline} ({left} contended left out)" if headline else f"no quiet run ({left} contended)"
             )
         point = ", ".join(f"{k}={v}" for k, v in trial["matrix_point"].items())
+        if several_stacks:
+            point = ", ".join(filter(None, [f"stack={_stack_name(trial)}", point]))
         reps = trial["repetitions"]
         style = {"ok": "green", "partial": "yellow"}.get(trial["status"], "red")
         table.add_row(
@@ -164,6 +167,8 @@ def _print_summary(document: dict[str, Any]) -> None:
         )
     console = Console(stderr=False)
     console.print(table)
+    for line in _stack_verdicts(document):
+        console.print(line, highlight=False, soft_wrap=True)
     contended = document.get("runs", {}).get("contended")
     if contended:
         console.print(
@@ -171,6 +176,28 @@ def _print_summary(document: dict[str, Any]) -> None:
             f"the report, left out of its medians; `kaliper report {document['experiment']} --include-contended "
             "--replace` counts them"
         )
+
+
+def _stack_name(trial: dict[str, Any]) -> str:
+    stack = trial.get("stack")
+    return str(stack.get("name", "")) if isinstance(stack, dict) else ""
+
+
+def _stack_verdicts(document: dict[str, Any]) -> list[str]:
+    """One line per stack comparison and metric of the report (each later stack against the first); the
+    ratio is oriented as in the report: above 1, the later stack is better whichever way the metric goes."""
+    lines = []
+    for compared in (document.get("comparisons") or {}).get("stacks") or []:
+        b, a = compared["b"].rpartition("@")[2], compared["a"].rpartition("@")[2]
+        for row in compared.get("comparisons", []):
+            point = ", ".join(f"{k}={v}" for k, v in row.get("params", {}).items())
+            where = f" ({point})" if point else ""
+            if row.get("ratio") is None:
+                figure = "no ratio"
+            else:
+                figure = f"ratio {row['ratio']:.4g} [{row['ci_low']:.4g}, {row['ci_high']:.4g}] (above 1: {b} better)"
+            lines.append(f"stack {b} against {a}{where}: {row['metric']} {figure}: {row['verdict']}")
+    return lines
 
 
 def report(

@@ -28,7 +28,6 @@ from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_TRIAL
 from kaliper.jobs.manifest import replica_counts
 from kaliper.results.documents import ExperimentDoc, JobRef, StackRef, TrialDoc, to_document
 from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
-from kaliper.spec.stack import stack_requirements
 from kaliper.storage import Storage, layout
 from kaliper.workloads import get_workload
 
@@ -115,7 +114,6 @@ def configure(
     if not spec.sampling.interference.is_default():  # so documents of specs without one stay as they were
         documented["interference"] = spec.sampling.interference.document()
 
-    requirements = {s.name: stack_requirements(s, loaded.base_dir, loaded.source) for s in _stacks(spec)}
     pending: list[tuple[int, StackSpec, dict[str, Any], dict[str, Any], dict[str, Any]]] = []
     for index, (stack, point) in enumerate(itertools.product(_stacks(spec), matrix_points(spec.matrix))):
         trial_id = f"t{index:03d}"
@@ -174,7 +172,8 @@ def configure(
             stack=StackRef(
                 name=stack.name,
                 image=arguments["job"]["image"],
-                requirements=requirements[stack.name],
+                requirements=stack.requirements,
+                requirements_file=stack.requirements_file,
                 env=stack.env,
                 python=stack.python,
             ),

@@ -118,13 +118,14 @@ def _poll_exits(procs: list[ReplicaProcess]) -> None:
                 proc.reason = "Completed" if code == 0 else "Error"
 
 
-def container_argv(container: dict[str, Any]) -> list[str]:
-    """Kubernetes semantics (command replaces the entrypoint, args follow), mapped to this interpreter.
+def container_argv(container: dict[str, Any], python: str | None = None) -> list[str]:
+    """Kubernetes semantics (command replaces the entrypoint, args follow), mapped to an interpreter.
 
-    `kaliper` and `python` run with the interpreter running Kaliper, so a local run measures the
-    environment the user is in; so does the `python` of a user's command under the wrapper
-    (`kaliper exec ... -- python train.py`).
+    `kaliper` and `python` run with `python`: the trial's stack environment (kaliper.stacks), by default
+    the interpreter running Kaliper, so a local run measures the environment the user is in; so does the
+    `python` of a user's command under the wrapper (`kaliper exec ... -- python train.py`).
     """
+    python = python or sys.executable
     argv = [*container.get("command", []), *container.get("args", [])]
     if not argv:
         raise ExecutionError(
@@ -135,15 +136,26 @@ def container_argv(container: dict[str, Any]) -> list[str]:
         rest = argv[1:]
         if rest[:1] == ["exec"] and "--" in rest:
             at = rest.index("--") + 1
-            rest = [*rest[:at], *_this_python(rest[at:])]
-        return [sys.executable, "-m", "kaliper", *rest]
-    return _this_python(argv)
+            rest = [*rest[:at], *_with_python(rest[at:], python)]
+        return [python, "-m", "kaliper", *rest]
+    return _with_python(argv, python)
 
 
-def _this_python(argv: list[str]) -> list[str]:
+def _with_python(argv: list[str], python: str) -> list[str]:
     if argv and argv[0] in PYTHON_NAMES:
-        return [sys.executable, *argv[1:]]
+        return [python, *argv[1:]]
     return argv
+
+
+def stack_process_env(env: dict[str, str], python: str) -> dict[str, str]:
+    """The environment of a replica run by a stack's virtual environment: that environment active
+    (VIRTUAL_ENV, its bin first on PATH, so what the job starts by name is the stack's too), and nothing
+    of the caller's Python search path (PYTHONPATH, PYTHONHOME) that could mix packages in."""
+    venv = Path(python).parent.parent
+    out = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PYTHONHOME", "__PYVENV_LAUNCHER__")}
+    out["VIRTUAL_ENV"] = str(venv)
+    out["PATH"] = os.pathsep.join(filter(None, [str(venv / "bin"), env.get("PATH", "")]))
+    return out
 
 
 def _field_value(path: str, pod: str, namespace: str, labels: dict[str, str]) -> str:
@@ -215,8 +227,11 @@ class LocalExecutor:
         should_stop: Callable[[], int | None] | None = None,
         extra_env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        python: str | None = None,
     ) -> None:
         self.logs_dir = logs_dir
+        # The interpreter of the job's stack (a virtual environment, kaliper.stacks); None: this one.
+        self.python = python
         # Working directory of every replica (a command workload's `workdir`); None: this process's.
         self.cwd = cwd
         self.poll_interval = poll_interval
@@ -337,7 +352,9 @@ class LocalExecutor:
         env.update(injected_env(manifest, job.counts, proc.key, container.get("name", ""), job.ports))
         env.update({k: v for k, v in os.environ.items() if k.startswith(HOST_SETTINGS) and v})
         env.update(self.extra_env)
-        argv = container_argv(container)
+        if self.python is not None:
+            env = stack_process_env(env, self.python)
+        argv = container_argv(container, self.python)
         executable = _resolve(argv[0], env.get("PATH"), self.cwd)
         proc.started = datetime.now(UTC)
         with open(proc.stdout, "wb") as out, open(proc.stderr, "wb") as err:

@@ -7,9 +7,10 @@ saw of its neighbours and its verdict, `quiet` or `contended` (kaliper.local.env
 `sampling.interference.retry_contended: N` a contended run is run again, up to N more times: each
 attempt stores into a staging folder first, the last one becomes the run (`runs/<repetition>/`) and the
 earlier ones are kept under `runs/<repetition>/attempts/<n>/`, so nothing is ever rewritten and the
-reporter sees one run per repetition. Repetitions are interleaved (rep 0 of
-every trial, then rep 1, ...) so slow drift of a shared machine spreads over all trials instead of
-biasing the last one. Configuring before and reporting after is the `run` command's (kaliper.cli.run).
+reporter sees one run per repetition. Runs are interleaved by repetition, and stack by stack within one
+matrix point (kaliper.local.order), so slow drift of a shared machine does not read as a difference.
+Each trial's replicas run with its stack's interpreter (`RunSettings.pythons`, kaliper.stacks).
+Configuring before and reporting after is the `run` command's (kaliper.cli.run).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from kaliper.jobs.manifest import for_repetition
 from kaliper.local.calibration import CalibrationStore
 from kaliper.local.environment import RunMonitor, interference_of
 from kaliper.local.executor import JobResult, LocalExecutor, ReplicaProcess
+from kaliper.local.order import run_order
 from kaliper.monitoring.sampler import LocalSampler
 from kaliper.monitoring.settings import prometheus_url, pushgateway_url
 from kaliper.results.documents import FailureInfo, LaunchDoc, ReplicaLaunch, to_document
@@ -78,6 +80,8 @@ class RunSettings:
     calibration: CalibrationStore | None = None
     # Called with each replica right after it started, after the runner's own followers.
     on_start: Callable[[ReplicaProcess], None] | None = None
+    # Stack name → the interpreter of its environment (kaliper.stacks); a stack not here runs with Kaliper's.
+    pythons: Mapping[str, str] = field(default_factory=dict)
 
 
 def run_all(
@@ -94,7 +98,7 @@ def run_all(
     console = console or Console(stderr=True)
     settings = settings or RunSettings()
     outcomes: list[RunOutcome] = []
-    runs = [(rep, trial) for rep in range(plan.experiment.repetitions) for trial in plan.trials]
+    runs = run_order(plan.trials, plan.experiment.repetitions)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(f"{plan.experiment.id}", total=len(runs))
@@ -190,6 +194,7 @@ def run_one(
                 should_stop=settings.should_stop,
                 extra_env=settings.env,
                 cwd=settings.cwd,
+                python=settings.pythons.get(trial.doc.stack.name),
             )
             result = executor.run(manifest)
         finally:

@@ -7,7 +7,7 @@
   experiment never changes an older one's report and a rerun of the reporter picks the same baseline.
   Or an experiment id, or `none`.
 - Stacks: when the spec lists several stacks, each stack's trials against the first stack's, paired by
-  their parameters.
+  their parameters, with what their records show differs (kaliper.reporter.stackdiff).
 
 Both go through `kaliper compare`'s code (`compare_results`: same workload and hardware class, trials
 paired by parameters, Benjamini-Hochberg over the family) at the spec's `report.threshold` and `alpha`.
@@ -22,6 +22,7 @@ from datetime import datetime
 from kaliper.errors import InputError, KaliperError
 from kaliper.reporter.aggregate import ExperimentResult, load_experiment
 from kaliper.reporter.compare import ExperimentComparison, PairedMetric, Side, compare_results
+from kaliper.reporter.stackdiff import StackDifference, representative_stack, stack_difference
 from kaliper.results.documents import EXPERIMENT_SCHEMA, ExperimentDoc, load_versioned
 from kaliper.spec.services import EXPERIMENT_ID, ReportSpec
 from kaliper.storage import Storage, layout
@@ -35,6 +36,7 @@ class ReportComparisons:
     baseline_note: str | None = None  # why there is no comparison with a baseline
     stacks: list[ExperimentComparison] = field(default_factory=list)  # each later stack against the first
     stacks_note: str | None = None
+    stack_differences: list[StackDifference] = field(default_factory=list)  # one per `stacks` entry
 
     def baseline_verdicts(self) -> dict[tuple[str, str], PairedMetric]:
         """(trial, metric) of this experiment → its comparison with the baseline's paired trial."""
@@ -142,12 +144,15 @@ def _baseline(storage: Storage, result: ExperimentResult, settings: ReportSpec) 
     return ReportComparisons(settings, baseline=base, against_baseline=compared)
 
 
-def _stacks(result: ExperimentResult, settings: ReportSpec) -> tuple[list[ExperimentComparison], str | None]:
+def _stacks(
+    result: ExperimentResult, settings: ReportSpec
+) -> tuple[list[ExperimentComparison], str | None, list[StackDifference]]:
     names = list(dict.fromkeys(t.doc.stack.name for t in result.trials))
     if len(names) < 2:
-        return [], None
+        return [], None, []
     exp = result.experiment.id
-    out, notes = [], []
+    out, notes, differences = [], [], []
+    first = representative_stack(result, names[0])
     for name in names[1:]:  # `kaliper compare EXP@FIRST EXP@NAME`
         try:
             out.append(
@@ -162,14 +167,16 @@ def _stacks(result: ExperimentResult, settings: ReportSpec) -> tuple[list[Experi
             )
         except InputError as exc:
             notes.append(f"stack {name} not compared with stack {names[0]}: {exc}")
-    return out, "; ".join(notes) or None
+            continue
+        differences.append(stack_difference(names[0], first, name, representative_stack(result, name)))
+    return out, "; ".join(notes) or None, differences
 
 
 def compare_for_report(storage: Storage, result: ExperimentResult) -> ReportComparisons:
     """The report's comparisons (summary.json, report.md, report.html and the push show them)."""
     settings = report_settings(result.experiment)
     found = _baseline(storage, result, settings)
-    stacks, note = _stacks(result, settings)
+    stacks, note, differences = _stacks(result, settings)
     return ReportComparisons(
-        settings, found.baseline, found.against_baseline, found.baseline_note, stacks, note
+        settings, found.baseline, found.against_baseline, found.baseline_note, stacks, note, differences
     )

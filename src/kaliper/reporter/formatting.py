@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from kaliper.reporter.aggregate import RunResult
+from kaliper.reporter.aggregate import ExperimentResult, RunResult
 
 
 def format_number(value: float | None) -> str:
@@ -121,3 +121,9 @@ def sampling_text(workload: dict[str, Any], s: dict[str, Any]) -> str:
         f"{s['confidence']:.0%} distribution-free CI of the median is within {s['target_rel_ci']:.1%} of the median "
         f"on two consecutive checks, or {s['max_samples']} samples, or {s['max_time_s']:g} s."
     )
+
+
+def several_stacks(result: ExperimentResult) -> bool:
+    """Whether the experiment compares stacks: its result tables then name each trial's stack (a
+    one-stack report keeps the columns it always had)."""
+    return len({t.doc.stack.name for t in result.trials}) > 1

@@ -28,10 +28,12 @@ from kaliper.reporter.formatting import (
     format_number,
     resource_figure,
     sampling_text,
+    several_stacks,
     workload_label,
 )
 from kaliper.reporter.plots import Box, BoxGroup, Point, bars_svg, distribution_svg, esc, scaling_svg
 from kaliper.reporter.report import Report
+from kaliper.reporter.stackdiff import difference_lines, heading
 from kaliper.reporter.verdict_tables import sections
 
 KEY_PACKAGES = (
@@ -133,11 +135,13 @@ def _header(result: ExperimentResult, summary: dict[str, Any]) -> list[str]:
 
 def _results(result: ExperimentResult, metric_names: list[str], units: dict[str, str]) -> list[str]:
     swept = list(result.experiment.matrix)
-    header = ["trial", *swept, "status", "ok runs", *(f"{n} ({units[n]})" for n in metric_names)]
+    stack = ["stack"] if several_stacks(result) else []
+    header = ["trial", *stack, *swept, "status", "ok runs", *(f"{n} ({units[n]})" for n in metric_names)]
     rows = []
     for t in result.trials:
         ok = sum(1 for r in t.runs if r.measured)
-        cells = [esc(t.doc.id), *(esc(t.doc.matrix_point.get(k, "")) for k in swept), _status(t.status)]
+        cells = [esc(t.doc.id), *(esc(t.doc.stack.name) for _ in stack)]
+        cells += [*(esc(t.doc.matrix_point.get(k, "")) for k in swept), _status(t.status)]
         cells.append(f"{ok}/{len(t.runs)}")
         for n in metric_names:
             m = t.metrics.get(n)
@@ -269,6 +273,9 @@ def _comparisons(comparisons: ReportComparisons) -> list[str]:
             out.append(f'<p class="note">{esc(section.note)}</p>')
             continue
         out.append(f'<p class="note">{esc(section.description)}</p>')
+        if section.differences is not None:  # what the two stacks' records show differs
+            items = "".join(f"<li>{esc(line)}</li>" for line in difference_lines(section.differences))
+            out.append(f"<p>{esc(heading(section.differences))}</p>" + (f"<ul>{items}</ul>" if items else ""))
         verdict = HEADERS.index("verdict")
         rows = [
             [

@@ -28,6 +28,7 @@ from kaliper.reporter.formatting import (
     md_text,
     resource_figure,
     sampling_text,
+    several_stacks,
     workload_label,
 )
 from kaliper.reporter.report import Report
@@ -36,7 +37,8 @@ from kaliper.reporter.verdict_tables import markdown_lines
 
 def results_csv(report: Report) -> str:
     """One row per result record (every replica of every run, failures included); with environment
-    documents, the run's interference verdict and reason in two more columns."""
+    documents, the run's interference verdict and reason in two more columns; with several stacks,
+    the stack's name last."""
     known = report.result.has_environment
     runs = {(t.doc.id, r.repetition): r for t, r in report.result.all_runs()}
     records = report.result.all_records()
@@ -58,6 +60,10 @@ def results_csv(report: Report) -> str:
     header += ["framework", "framework_version", "stack_id", "cpu_model", "started", "finished", "error"]
     if known:
         header += ["interference", "interference_reason"]
+    stack_of = {t.doc.id: t.doc.stack.name for t in report.result.trials}
+    stacked = several_stacks(report.result)  # the stack's name, when there are several: the last column
+    if stacked:
+        header.append("stack")
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([csv_cell(h) for h in header])
@@ -88,6 +94,8 @@ def results_csv(report: Report) -> str:
         if known:
             run = runs[(rec.trial, rec.repetition)]
             row += [run.interference, run_reason(run)]
+        if stacked:
+            row.append(stack_of.get(rec.trial, ""))
         writer.writerow([csv_cell(cell) for cell in row])
     return out.getvalue()
 
@@ -128,12 +136,21 @@ def report_markdown(report: Report) -> str:
         "(runs, then samples within runs).",
         "",
     ]
-    header = ["trial", *swept, "status", "ok runs", *(f"{n} ({units[n]})" for n in metric_names)]
+    stacked = several_stacks(result)  # a stack column only when there is more than one stack
+    header = [
+        "trial",
+        *(["stack"] if stacked else []),
+        *swept,
+        "status",
+        "ok runs",
+        *(f"{n} ({units[n]})" for n in metric_names),
+    ]
     lines += ["| " + " | ".join(map(md_text, header)) + " |", "|" + "---|" * len(header)]
     for t in result.trials:
         ok = sum(1 for r in t.runs if r.measured)
         cells = [
             md_text(t.doc.id),
+            *([md_text(t.doc.stack.name)] if stacked else []),
             *(md_text(t.doc.matrix_point.get(k, "")) for k in swept),
             md_text(t.status),
             f"{ok}/{len(t.runs)}",

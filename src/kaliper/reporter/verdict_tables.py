@@ -3,7 +3,9 @@
 summary.json gets a `comparisons` section (settings, the baseline and why there is none, every
 comparison as `kaliper compare --json` writes it) and, per trial metric, a `baseline` entry with the
 verdict against the baseline (what `kaliper history`, the Pushgateway and Grafana show). report.md and
-report.html show the same rows.
+report.html show the same rows. With several stacks, each stack comparison also says what the records
+show differs between the two stacks (kaliper.reporter.stackdiff): in summary.json as `stack_differences`,
+next to `stacks` rather than inside its entries, which stay exactly what `kaliper compare --json` writes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from kaliper.analysis.terms import VERDICTS
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import HEADERS, ExperimentComparison, PairedMetric, compare_document, table_rows
 from kaliper.reporter.formatting import md_text
+from kaliper.reporter.stackdiff import StackDifference, difference_lines, heading
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,7 @@ class Section:
     description: str
     rows: list[list[str]]
     note: str | None
+    differences: StackDifference | None = None  # a stack comparison's measured stacks
 
 
 def verdict_entry(c: ReportComparisons, m: PairedMetric) -> dict[str, Any]:
@@ -50,6 +54,17 @@ def comparisons_summary(c: ReportComparisons) -> dict[str, Any]:
         "against_baseline": compare_document(c.against_baseline) if c.against_baseline else None,
         "stacks": [compare_document(s) for s in c.stacks],
         "stacks_note": c.stacks_note,
+        # Only with stack comparisons: a report of one stack keeps the bytes it always had.
+        **(
+            {
+                "stack_differences": [
+                    {"a": s.a, "b": s.b, **d.document()}
+                    for s, d in zip(c.stacks, c.stack_differences, strict=False)
+                ]
+            }
+            if c.stack_differences
+            else {}
+        ),
     }
 
 
@@ -79,8 +94,10 @@ def sections(c: ReportComparisons) -> list[Section]:
         )
     else:
         out.append(Section("Against the baseline", rule, [], c.baseline_note))
-    for s in c.stacks:
-        out.append(Section(f"Stacks: {s.b} against {s.a}", f"{_counts(s)}; {rule}", table_rows(s), None))
+    differences: list[StackDifference | None] = list(c.stack_differences)
+    differences += [None] * (len(c.stacks) - len(differences))
+    for s, d in zip(c.stacks, differences, strict=True):
+        out.append(Section(f"Stacks: {s.b} against {s.a}", f"{_counts(s)}; {rule}", table_rows(s), None, d))
     if c.stacks_note:
         out.append(Section("Stacks", rule, [], c.stacks_note))
     return out
@@ -96,6 +113,10 @@ def markdown_lines(c: ReportComparisons) -> list[str]:
             lines.append(md_text(section.note))
             continue
         lines += [md_text(section.description), ""]
+        if section.differences is not None:
+            items = difference_lines(section.differences)
+            lines += [md_text(heading(section.differences)), ""]
+            lines += [f"- {md_text(item)}" for item in items] + ([""] if items else [])
         lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
         lines += ["| " + " | ".join(md_text(cell) for cell in row) + " |" for row in section.rows]
     return lines

@@ -39,9 +39,8 @@ class Document(BaseModel):
 class StackRef(Document):
     name: str
     image: str | None
-    requirements: list[str] = Field(
-        default_factory=list, description="requirements_file's lines, then requirements (as given)"
-    )
+    requirements: list[str] = Field(default_factory=list)
+    requirements_file: str | None = Field(None, description="as given, relative to the spec")
     env: dict[str, str] = Field(default_factory=dict, description="the stack's environment variables")
     python: str | None = Field(None, description="the interpreter asked for (absent: Kaliper's)")
 
@@ -51,8 +50,9 @@ class StackRef(Document):
         data: dict[str, Any] = handler(self)
         if not self.env:
             data.pop("env", None)
-        if self.python is None:
-            data.pop("python", None)
+        for name in ("requirements_file", "python"):
+            if data.get(name) is None:
+                data.pop(name, None)
         return data
 
 

@@ -142,8 +142,8 @@ def env_problem(name: str, value: str) -> str | None:
         return f"{name}: set by Kaliper or the training operator for every replica; a stack cannot set it"
     if is_secret_name(name):
         return (
-            f"{name}: looks like a credential; a spec never holds credentials (set it in the environment "
-            "or a Kubernetes Secret)"
+            f"variable {name} is named like a credential; a spec never holds credentials (set it in the "
+            "environment or a Kubernetes Secret)"
         )
     if len(value) > MAX_ENV_VALUE or "\x00" in value:
         return f"{name}: expected a value of at most {MAX_ENV_VALUE} characters without NUL"

@@ -102,6 +102,26 @@ class ClusterPlan:
         return step_env(self.storage, self.s3, self.prometheus if step == "report" else None)
 
 
+def check_cluster_stacks(loaded: LoadedSpec) -> None:
+    """A cluster runs images: a stack described by requirements or an interpreter but no image would run
+    the job's image under its name, a comparison of nothing. Refused, with how to make the image. (A
+    stack with an image and requirements runs the image; the requirements then only describe it.)"""
+    for i, stack in enumerate(loaded.spec.stacks):
+        if stack.image is None and stack.needs_environment():
+            pins = (
+                f"-r {stack.requirements_file}"
+                if stack.requirements_file
+                else " ".join(repr(r) for r in stack.requirements[:3]) or "<the stack's requirements>"
+            )
+            raise SpecError(
+                f"{loaded.source}: stacks[{i}] ({stack.name}): requirements or python without an image; on a "
+                "cluster a stack is an image. Build one from the Kaliper step image with the stack's "
+                f"requirements (e.g. a Dockerfile `FROM {loaded.spec.workflow.image}` then `RUN pip install "
+                f"{pins}`), push it with a digest, and set stacks[{i}].image; `kaliper run` builds the "
+                "environment on one machine instead"
+            )
+
+
 def cluster_plan(loaded: LoadedSpec) -> ClusterPlan:
     spec = loaded.spec
     if len(loaded.text.encode()) > MAX_SPEC_ARG_BYTES:
@@ -109,6 +129,7 @@ def cluster_plan(loaded: LoadedSpec) -> ClusterPlan:
             f"{loaded.source}: the spec is {len(loaded.text.encode())} bytes; a workflow passes it as one "
             f"command-line argument, which must stay under {MAX_SPEC_ARG_BYTES} bytes"
         )
+    check_cluster_stacks(loaded)
     templates = bundled_templates(loaded)
     storage = spec.workflow.storage or _cluster_storage(spec.storage)
     mount = file_path(storage)

@@ -74,14 +74,14 @@ def test_blas_python_and_env() -> None:
     d = stack_difference("a", a, "b", b)
     assert [x.document() for x in d.differences] == [
         {"kind": "blas", "name": "blas", "a": "openblas 0.3.23.dev", "b": "openblas 0.3.29"},
-        {"kind": "blas", "name": "openmp", "a": None, "b": "openmp"},
+        {"kind": "blas", "name": "openmp", "a": None, "b": "openmp (libgomp)"},
         {"kind": "python", "name": "python", "a": "CPython 3.11.9", "b": "CPython 3.12.7"},
         {"kind": "env", "name": "OMP_NUM_THREADS", "a": "8", "b": "4"},
         {"kind": "env", "name": "TF_ENABLE_ONEDNN_OPTS", "a": None, "b": "1"},
     ]
     assert difference_lines(d) == [
         "BLAS: openblas 0.3.23.dev → openblas 0.3.29",
-        "OpenMP: none → openmp",
+        "OpenMP: none → openmp (libgomp)",
         "Python: CPython 3.11.9 → CPython 3.12.7",
         "env OMP_NUM_THREADS: 8 → 4",
         "env TF_ENABLE_ONEDNN_OPTS: unset → 1",
@@ -93,7 +93,7 @@ def test_two_bundled_openblas_and_thread_counts() -> None:
     a = stack(blas=[OPENBLAS_OLD, {**OPENBLAS_NEW, "prefix": "libscipy_openblas"}])
     b = stack(blas=[OPENBLAS_NEW, {**OPENBLAS_NEW, "num_threads": 16}])
     (diff,) = stack_difference("a", a, "b", b).differences
-    assert (diff.a, diff.b) == ("openblas 0.3.23.dev, openblas 0.3.29", "openblas 0.3.29")
+    assert (diff.a, diff.b) == ("openblas 0.3.23.dev, openblas 0.3.29 (libscipy_openblas)", "openblas 0.3.29")
     assert stack_difference("a", b, "b", stack(blas=[OPENBLAS_NEW])).differences == ()
 
 

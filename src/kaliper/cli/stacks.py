@@ -35,6 +35,12 @@ def _root(root: Path | None) -> Path:
     return root if root is not None else stacks_root()
 
 
+def _console() -> Console:
+    """A terminal's width on a terminal; a wide line in a pipe or a log, where tables must not fold."""
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
 def _size(n: int) -> str:
     if n < 1024:
         return f"{n} B"
@@ -61,7 +67,7 @@ def build(
     from kaliper.stacks import prepare_environments
 
     loaded = load_spec(spec)
-    console = Console()
+    console = _console()
     envs = prepare_environments(loaded, console=console, root=_root(root))
     if not envs:
         console.print(f"{spec}: no stack needs an environment (none has requirements or python)")
@@ -108,7 +114,7 @@ def list_command(
             _minute(s["last_used"]),
             ", ".join(s["requirements"]) or "–",
         )
-    Console().print(table)
+    _console().print(table)
 
 
 @stacks_app.command("prune")

@@ -14,6 +14,22 @@ from typing import Any
 
 from kaliper.reporter.aggregate import ExperimentResult, RunResult
 
+# The packages a benchmark is usually about: the provenance table shows them, and a list of what differs
+# between two stacks puts them first, so that cutting a long list never hides them.
+KEY_PACKAGES = (
+    "torch",
+    "tensorflow",
+    "tensorflow-cpu",
+    "keras",
+    "jax",
+    "jaxlib",
+    "numpy",
+    "scipy",
+    "intel-extension-for-pytorch",
+    "onnxruntime",
+    "kaliper",
+)
+
 
 def format_number(value: float | None) -> str:
     """4 significant digits; scientific below 0.001; "–" for nothing (or a non-finite value)."""

@@ -23,6 +23,7 @@ from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import HEADERS
 from kaliper.reporter.contended import left_out_note, method_note, run_label
 from kaliper.reporter.formatting import (
+    KEY_PACKAGES,
     RESOURCE_COLUMNS,
     format_bytes,
     format_number,
@@ -36,19 +37,6 @@ from kaliper.reporter.report import Report
 from kaliper.reporter.stackdiff import difference_lines, heading
 from kaliper.reporter.verdict_tables import sections
 
-KEY_PACKAGES = (
-    "torch",
-    "tensorflow",
-    "tensorflow-cpu",
-    "keras",
-    "jax",
-    "jaxlib",
-    "numpy",
-    "scipy",
-    "intel-extension-for-pytorch",
-    "onnxruntime",
-    "kaliper",
-)
 SCRIPT = "document.body.setAttribute('data-kaliper-ready', '1');"
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1200px;

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from kaliper.reporter.formatting import KEY_PACKAGES
 from kaliper.results.record import Stack
 
 if TYPE_CHECKING:
@@ -27,19 +28,7 @@ Kind = Literal["package", "blas", "python", "env"]
 KINDS: tuple[Kind, ...] = ("package", "blas", "python", "env")
 LIMIT = 20  # lines per kind in report.md and report.html
 NOTHING = "the records show no difference in packages, BLAS, Python or env"
-# What a benchmark is usually about comes first, so that cutting a long list never hides it.
-FIRST_PACKAGES = (
-    "numpy",
-    "scipy",
-    "torch",
-    "tensorflow",
-    "tensorflow-cpu",
-    "keras",
-    "jax",
-    "jaxlib",
-    "onnxruntime",
-    "intel-extension-for-pytorch",
-)
+FIRST_PACKAGES = KEY_PACKAGES  # what a benchmark is usually about: listed first
 _LIBRARY_KINDS = {"blas": "BLAS", "openmp": "OpenMP"}
 _KIND_WORDS = {"package": "packages", "blas": "libraries", "python": "", "env": "variables"}
 
@@ -105,14 +94,16 @@ def _packages(a: Stack, b: Stack) -> list[Difference]:
 
 
 def _libraries(stack: Stack) -> dict[str, str]:
-    """user_api ("blas", "openmp") → its loaded libraries as "internal_api version", sorted, deduplicated
-    (NumPy and SciPy each bundle an OpenBLAS: two lines when their versions differ)."""
+    """user_api ("blas", "openmp") → its loaded libraries as "internal_api version (prefix, kernel)",
+    sorted, deduplicated. NumPy and SciPy each bundle an OpenBLAS (`libopenblas` or
+    `libscipy_openblas`): the prefix tells whose is whose, and the kernel OpenBLAS chose for this CPU
+    (its `architecture`) often differs between builds and explains a difference in speed."""
     found: dict[str, set[str]] = {}
     for lib in stack.blas:
         api = str(lib.get("user_api") or "blas")
-        found.setdefault(api, set()).add(
-            " ".join(str(lib[k]) for k in ("internal_api", "version") if lib.get(k) is not None) or "unknown"
-        )
+        name = " ".join(str(lib[k]) for k in ("internal_api", "version") if lib.get(k) is not None)
+        detail = ", ".join(str(lib[k]) for k in ("prefix", "architecture") if lib.get(k))
+        found.setdefault(api, set()).add(f"{name or 'unknown'} ({detail})" if detail else name or "unknown")
     return {api: ", ".join(sorted(libs)) for api, libs in found.items()}
 
 

@@ -111,7 +111,9 @@ class Pushgateway(Service):
     binary = "prometheus-pushgateway"
 
     def args(self) -> list[str]:
-        return [f"--web.listen-address={self.address}"]
+        # No state file: Debian's build persists to /var/lib/prometheus/pushgateway.data by default, and
+        # every test gateway would load the groups earlier tests and sessions left there.
+        return [f"--web.listen-address={self.address}", "--persistence.file="]
 
     def metrics_text(self) -> str:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as response:

@@ -19,6 +19,7 @@ import pytest
 
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import ResultRecord, load_record
+from report_runs import trial_runs
 
 pytestmark = pytest.mark.slow
 
@@ -327,7 +328,8 @@ job:
 
     summary = json.loads((only_experiment(store) / "report" / "summary.json").read_text())
     assert summary["runs"]["failed"] == 1
-    assert summary["trials"][0]["runs"][0]["status"] == "timeout"
+    report = only_experiment(store) / "report" / "results.parquet"
+    assert trial_runs(report, summary["trials"][0]["trial"])[0]["status"] == "timeout"
 
     pid = int(pid_file.read_text())
     assert pid_is_gone(pid), f"replica process {pid} outlived the deadline"

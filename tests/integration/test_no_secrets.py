@@ -14,6 +14,7 @@ nothing from the environment is added to them.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -41,7 +43,7 @@ ENVIRONMENT = {
 }
 PRINTED = ("SECRET10", "SECRET11")  # what the failing job prints
 SECRETS = [f"SECRET{i}" for i in range(1, 14)]
-REPORT_FILES = ("summary.json", "results.csv", "report.md", "report.html")
+REPORT_FILES = ("summary.json", "results.csv", "results.parquet", "report.md", "report.html")
 
 MATMUL_SPEC = f"""\
 name: secrets-matmul
@@ -163,8 +165,15 @@ def test_records_and_reports_hold_no_secret(runs: dict[str, Any]) -> None:
     files = [p for p in _files(runs["store"]) if p.name != "launch.json"]
     names = {p.name for p in files}
     assert {"master-0.json", "trial.json", "job.yaml", "experiment.json", "spec.yaml", *REPORT_FILES} <= names
-    leaks = {str(p.relative_to(runs["store"])): found for p in files if (found := _leaks(p.read_text()))}
+    leaks = {str(p.relative_to(runs["store"])): found for p in files if (found := _leaks(_text(p)))}
     assert leaks == {}
+
+
+def _text(path: Path) -> str:
+    """A file's text; results.parquet's (compressed, binary) as its rows in JSON, every cell decoded."""
+    if path.suffix == ".parquet":
+        return json.dumps(pq.read_table(path).to_pylist(), default=str)
+    return path.read_text()
 
 
 def test_launch_documents_hold_no_secret(runs: dict[str, Any]) -> None:

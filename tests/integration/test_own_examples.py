@@ -25,6 +25,7 @@ import yaml
 
 from conftest import EXAMPLES
 from kaliper.results.record import ResultRecord, load_record
+from report_runs import parquet_runs
 
 pytest.importorskip("torch")
 
@@ -121,11 +122,9 @@ def test_reported_median_is_the_median_of_the_printed_figures(training: dict[str
     """The figure Kaliper reports for a run is exactly what the script printed (after the warm-up)."""
     root: Path = training["root"]
     summary = json.loads((root / "report" / "summary.json").read_text())
-    reported = {
-        (trial["trial"], run["repetition"]): run["medians"]
-        for trial in summary["trials"]
-        for run in trial["runs"]
-    }
+    runs = parquet_runs(root / "report" / "results.parquet")
+    assert {trial for trial, _rep in runs} == {trial["trial"] for trial in summary["trials"]}
+    reported = {key: run["medians"] for key, run in runs.items()}
     recs = records(root)
     assert len(recs) == 4
     for rec in recs:

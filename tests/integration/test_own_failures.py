@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from report_runs import trial_runs
+
 pytestmark = pytest.mark.slow
 
 JOB = """\
@@ -92,10 +94,10 @@ def run(tmp: Path, document: dict[str, Any]) -> tuple[subprocess.CompletedProces
     return proc, summary, experiments[0]
 
 
-def errors_by_mode(summary: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
+def errors_by_mode(summary: dict[str, Any], experiment: Path) -> dict[str, tuple[str, str | None]]:
     out = {}
     for trial in summary["trials"]:
-        (only,) = trial["runs"]
+        (only,) = trial_runs(experiment / "report" / "results.parquet", trial["trial"])
         out[str(trial["matrix_point"]["mode"])] = (only["status"], only["error"])
     return out
 
@@ -105,7 +107,7 @@ def test_each_way_of_failing_is_a_failed_run_with_its_reason(tmp_path: Path, wra
     proc, summary, experiment = run(tmp_path, spec(wrap, list(EXPECTED), ["python"], REGEX))
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "5 of 6 runs failed" in proc.stderr
-    found = errors_by_mode(summary)
+    found = errors_by_mode(summary, experiment)
     for mode, expected in EXPECTED.items():
         status, error = found[mode]
         if expected is None:
@@ -123,9 +125,10 @@ def test_each_way_of_failing_is_a_failed_run_with_its_reason(tmp_path: Path, wra
 def test_a_command_that_is_not_there_and_a_garbage_metrics_file(tmp_path: Path) -> None:
     jsonl = {"metrics_format": "jsonl"}
     document = spec(True, ["garbage"], ["python", "no-such-program-xyz"], jsonl)
-    proc, summary, _ = run(tmp_path, document)
+    proc, summary, experiment = run(tmp_path, document)
     assert proc.returncode == 1, proc.stderr[-3000:]
-    by_prog = {str(t["matrix_point"]["prog"]): t["runs"][0] for t in summary["trials"]}
+    parquet = experiment / "report" / "results.parquet"
+    by_prog = {str(t["matrix_point"]["prog"]): trial_runs(parquet, t["trial"])[0] for t in summary["trials"]}
     missing = by_prog["no-such-program-xyz"]
     assert missing["status"] == "failed" and "command not found" in missing["error"], missing
     garbage = by_prog["python"]

@@ -15,7 +15,8 @@ from kaliper.reporter import write_report
 from kaliper.reporter.aggregate import ENV_WORKERS, load_experiment, report_workers
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.html import DETAIL_TRIALS, report_html
-from kaliper.reporter.outputs import results_csv
+from kaliper.reporter.outputs import report_markdown, results_csv
+from kaliper.reporter.parquet import results_parquet
 from kaliper.reporter.report import Report
 from kaliper.reporter.summary import summary_document
 from kaliper.spec.services import ReportSpec
@@ -42,6 +43,8 @@ def test_loading_with_workers_gives_the_same_report(tmp_path: Path) -> None:
     reports = [Report(r, comparisons, summary_document(r, comparisons)) for r in (parallel, serial)]
     assert reports[0].summary == reports[1].summary
     assert results_csv(reports[0]) == results_csv(reports[1])
+    assert results_parquet(reports[0]) == results_parquet(reports[1])  # every run's detail (summary: trials)
+    assert report_markdown(reports[0]) == report_markdown(reports[1])
     assert report_html(reports[0]) == report_html(reports[1])
 
 

@@ -65,7 +65,7 @@ def test_rerun_after_a_newer_experiment_then_replace(storage: Storage, kaliper: 
 
     # A report written by an "older Kaliper": other bytes under report/summary.json.
     summary_path = Path(storage.location(layout.report_key(first, "summary.json")))
-    older = original["summary.json"].replace(b'"kaliper.summary/v1"', b'"kaliper.summary/v1" ', 1)
+    older = original["summary.json"].replace(b'"kaliper.summary/v2"', b'"kaliper.summary/v2" ', 1)
     assert older != original["summary.json"]
     summary_path.write_bytes(older)
 

@@ -16,9 +16,11 @@ from kaliper.monitoring.sampler import LocalSampler
 from kaliper.reporter import write_report
 from kaliper.reporter.aggregate import load_experiment
 from kaliper.reporter.report import run_window
+from kaliper.results.resources import load_resources
 from kaliper.spec import load_spec
 from kaliper.storage import layout, open_storage
 from prom_services import free_port
+from report_runs import parquet_runs
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -62,8 +64,8 @@ def test_local_sampling_is_stored_per_run_and_reported(copy: tuple[Path, str]) -
         doc = json.loads((root / layout.resources_key(experiment, "t000", rep)).read_text())
         assert doc["schema"] == "kaliper.resources/v1" and doc["source"] == "local-sampler"
         assert doc["repetition"] == rep and doc["figures"]["cpu_cores"]["mean"] > 0
-    summary = json.loads((root / layout.report_key(experiment, "summary.json")).read_text())
-    assert [r["resources"]["source"] for r in summary["trials"][0]["runs"]] == ["local-sampler"] * 2
+    report = (root / layout.report_key(experiment, "report.md")).read_text()
+    assert "| t000 | 0 | local-sampler |" in report and "| t000 | 1 | local-sampler |" in report
 
 
 def test_rerun_reads_stored_resources_instead_of_asking_prometheus(
@@ -85,13 +87,13 @@ def test_prometheus_down_is_stored_once_and_the_report_still_written(
         (root / layout.resources_key(experiment, "t000", rep)).unlink()
     url = dead_prometheus()
     monkeypatch.setenv("KALIPER_PROMETHEUS", url)
-    paths = write_report(open_storage(f"file://{root}"), experiment)
-    runs = paths.summary_document["trials"][0]["runs"]  # type: ignore[index]
-    for run in runs:
-        assert run["resources"]["available"] is False and url in run["resources"]["reason"]
-        assert run["status"] in ("ok", "not_converged")
-    stored = json.loads((root / layout.resources_key(experiment, "t000", 0)).read_text())
-    assert stored["available"] is False and stored["source"] == "prometheus"
+    storage = open_storage(f"file://{root}")
+    write_report(storage, experiment)
+    for rep in (0, 1):
+        stored = load_resources(storage, layout.resources_key(experiment, "t000", rep))
+        assert stored["available"] is False and stored["source"] == "prometheus" and url in stored["reason"]
+    runs = parquet_runs(root / layout.report_key(experiment, "results.parquet")).values()
+    assert [run["status"] in ("ok", "not_converged") for run in runs] == [True, True]
     report = (root / layout.report_key(experiment, "report.md")).read_text()
     assert f"- Resources unavailable for all runs: Prometheus at {url}" in report
     # Prometheus "back" (or not): the rerun reads what was stored and gives the same report.
@@ -108,10 +110,12 @@ def test_no_prometheus_and_nothing_stored_says_so(
     run = load_experiment(open_storage(f"file://{root}"), experiment).trials[0].runs[1]
     assert run.resources is None
     shutil.rmtree(root / layout.report_key(experiment, ""))
-    paths = write_report(open_storage(f"file://{root}"), experiment)
-    runs = paths.summary_document["trials"][0]["runs"]  # type: ignore[index]
-    assert runs[0]["resources"]["source"] == "local-sampler"
-    assert "no Prometheus configured" in runs[1]["resources"]["reason"]
+    storage = open_storage(f"file://{root}")
+    write_report(storage, experiment)
+    assert load_resources(storage, layout.resources_key(experiment, "t000", 0))["source"] == "local-sampler"
+    report = (root / layout.report_key(experiment, "report.md")).read_text()
+    assert "| t000 | 0 | local-sampler |" in report
+    assert "- Resources unavailable for t000/1: no Prometheus configured" in report
     assert not (root / layout.resources_key(experiment, "t000", 1)).exists()  # nothing asked, nothing stored
 
 

@@ -33,6 +33,7 @@ from prom_services import (  # noqa: F401 - the fixtures register themselves
     prometheus_fixture,
     pushgateway_fixture,
 )
+from report_runs import parquet_runs
 from s3_server import S3Server, experiment_of, run_objects, s3_server_fixture  # noqa: F401 - registers the fixture
 from tcp_proxy import TcpProxy
 
@@ -102,8 +103,9 @@ def test_run_on_s3_with_monitoring_stores_everything_and_reports_prometheus_reso
 
     summary = json.loads(client.get_object(s3_server.bucket, f"{base}/report/summary.json").read())
     for trial in summary["trials"]:
-        (run,) = trial["runs"]
-        resources = run["resources"]
+        assert "runs" not in trial  # per-run detail: results.parquet, and each run's resources.json
+        key = f"{base}/trials/{trial['trial']}/runs/0/resources.json"
+        resources = json.loads(client.get_object(s3_server.bucket, key).read())
         assert resources["available"] is True and resources["source"] == "prometheus", resources
         assert resources["scope"] == "local" and resources["url"] == prometheus.url
         figures = resources["figures"]
@@ -157,7 +159,7 @@ def test_prometheus_stopped_report_says_resources_unavailable(
     assert done.returncode == 0, done.stdout + done.stderr
     (experiment,) = [p.name for p in (root / "experiments").iterdir()]
     summary = json.loads((root / layout.report_key(experiment, "summary.json")).read_text())
-    resources = summary["trials"][0]["runs"][0]["resources"]
+    resources = json.loads((root / layout.resources_key(experiment, "t000", 0)).read_text())
     assert resources["available"] is False and resources["source"] == "prometheus"
     assert stopped.url in resources["reason"] and "unreachable" in resources["reason"], resources
     assert summary["trials"][0]["status"] == "ok"  # the measurement itself is unaffected
@@ -174,8 +176,7 @@ def test_without_prometheus_the_local_sampler_fills_resources(kaliper: CliRunner
     done = kaliper("run", str(spec), "--storage", f"file://{root}", env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     (experiment,) = [p.name for p in (root / "experiments").iterdir()]
-    summary = json.loads((root / layout.report_key(experiment, "summary.json")).read_text())
-    resources = summary["trials"][0]["runs"][0]["resources"]
+    resources = json.loads((root / layout.resources_key(experiment, "t000", 0)).read_text())
     assert resources["available"] is True and resources["source"] == "local-sampler"
     assert 0.3 < resources["figures"]["cpu_cores"]["mean"] < 1.6, resources
     # Trimmed to the measurement's window (the record's), not the process's whole life.
@@ -263,7 +264,7 @@ def test_s3_down_mid_run_record_is_spooled_then_stored_and_nothing_partial(
 
     summary = json.loads(get(layout.report_key(experiment, "summary.json")))
     (trial,) = summary["trials"]
-    (run_summary,) = trial["runs"]
+    (run_summary,) = parquet_runs(get(layout.report_key(experiment, "results.parquet"))).values()
     assert run_summary["status"] in ("ok", "not_converged"), run_summary
     assert trial["metrics"]["gflops"]["median"] > 0
 

@@ -1,7 +1,10 @@
-"""The report's summary metrics on a real Pushgateway, and the fingerprint that keys their series."""
+"""The report's summary metrics on a real Pushgateway (one group per spec), and the fingerprint that
+names their series."""
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -33,7 +36,7 @@ def gateway_lines(gateway: Pushgateway, prefix: str) -> list[str]:
     return [line for line in gateway.metrics_text().splitlines() if line.startswith(prefix)]
 
 
-def test_report_pushes_one_group_per_fingerprint_and_survives_a_dead_gateway(
+def test_report_pushes_one_group_per_spec_and_survives_a_dead_gateway(
     pushgateway: Pushgateway, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = tmp_path / "spec.yaml"
@@ -72,6 +75,11 @@ def test_report_pushes_one_group_per_fingerprint_and_survives_a_dead_gateway(
     }  # 2 trials × 2 metrics
     stamp = gateway_lines(pushgateway, "kaliper_report_timestamp_seconds{")
     assert any(result.experiment_id in line for line in stamp)
+    # One group, the spec's (fingerprints are labels, not grouping keys): one request per report.
+    with urllib.request.urlopen(f"{pushgateway.url}/api/v1/metrics", timeout=5) as response:
+        groups = json.loads(response.read())["data"]
+    mine = [g["labels"] for g in groups if result.experiment_id in json.dumps(g)]
+    assert mine == [{"job": SUMMARY_JOB, "spec": "sum-push"}]
     assert (
         push_summary(build_report(storage, result.experiment_id), url=f"http://127.0.0.1:{free_port()}") == 0
     )

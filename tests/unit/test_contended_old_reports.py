@@ -9,6 +9,7 @@ identical. A later deliberate change of the report format moves BEFORE to the co
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -96,4 +97,14 @@ def test_reports_without_environment_documents_are_unchanged(old_tree: Path, tmp
         write_report(new, experiment)
         for name in REPORT_FILES:
             key = layout.report_key(experiment, name)
+            if name == "results.parquet":
+                assert not old.exists(key)  # new since then
+                continue
+            if name == "summary.json":  # v2 since then: the same, less each trial's per-run detail
+                before, after = json.loads(old.get(key)), json.loads(new.get(key))
+                assert (before["schema"], after["schema"]) == ("kaliper.summary/v1", "kaliper.summary/v2")
+                for trial in before["trials"]:
+                    del trial["runs"]
+                assert after == {**before, "schema": after["schema"]}, f"{experiment} summary.json"
+                continue
             assert new.get(key) == old.get(key), f"{experiment} {name} differs from Kaliper {BEFORE[:7]}'s"

@@ -24,10 +24,11 @@ from kaliper.reporter import build_report, write_report
 from kaliper.reporter.aggregate import load_experiment
 from kaliper.reporter.compare import compare_document, compare_experiments, compare_markdown
 from kaliper.reporter.history import analyse, history_document, load_history
-from kaliper.reporter.push_summary import summary_registries
+from kaliper.reporter.push_summary import summary_groups
 from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.results.summary import load_summary
 from kaliper.storage import Storage, layout, open_storage
+from report_runs import trial_runs
 from synthetic import SPEC, build_records, plan_spec, runs_of, write_experiment
 
 T0 = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)
@@ -197,9 +198,11 @@ def test_reports_mark_contended_runs_and_say_what_was_left_out(storage: Storage)
     assert t0["interference"]["note"] == f"4 of 5 runs left out: contended ({REASON})"
     assert t0["metrics"]["gflops"]["n"] == 1
     assert t0["interference"]["with_contended"]["gflops"]["n"] == 5
-    assert [r["interference"] for r in t0["runs"]][3:] == [
-        {"verdict": "contended", "reasons": [REASON]},
-        {"verdict": "quiet", "reasons": []},
+    assert "runs" not in t0  # each run's verdict and reason: results.parquet (and results.csv)
+    runs = trial_runs(storage.get(layout.report_key(exp, "results.parquet")), "t000")
+    assert [(r["interference"], r["interference_reason"], r["counted"]) for r in runs][3:] == [
+        ("contended", REASON, False),
+        ("quiet", None, True),
     ]
     assert t0["metrics"]["gflops"]["baseline"]["verdict"] == "inconclusive"
     stored = storage.get(layout.report_key(exp, "summary.json"))
@@ -231,10 +234,9 @@ def test_push_has_a_series_per_run_verdict(storage: Storage) -> None:
     exp = make(storage, T0, {("t000", 1)})
     report = build_report(storage, exp)
     samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for _key, registry in summary_registries(report)
-        for family in registry.collect()
-        for s in family.samples
+        (name, tuple(sorted(labels.items()))): value
+        for group in summary_groups(report)
+        for name, labels, value in group.samples()
     }
     contended = {
         dict(k[1])["trial"] + "/" + dict(k[1])["repetition"]: v

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -23,6 +24,7 @@ from kaliper.reporter.history import load_history
 from kaliper.results.documents import to_document
 from kaliper.results.summary import SUMMARY_SCHEMA, SummaryDoc, load_summary
 from kaliper.storage import Storage, layout, open_storage
+from report_runs import parquet_runs
 from synthetic import SPEC, build_records, launch_doc, plan_spec, runs_of, write_experiment
 
 T0 = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)
@@ -77,11 +79,16 @@ def test_real_summaries_validate_and_round_trip(reports: tuple[Storage, list[str
     assert (summary.runs.failed, summary.runs.missing) == (1, 4)
     t000, t001, t002 = summary.trials
     assert {m.baseline.verdict for m in t000.metrics.values() if m.baseline} == {"slower"}
-    assert t001.status == "partial" and [r.status for r in t001.runs] == ["ok", "failed", "missing"]
-    assert "BackoffLimitExceeded" in (t001.runs[1].error or "")
-    assert t001.runs[1].medians == {} and t001.runs[1].phases is not None
+    assert all(t.runs is None for t in summary.trials)  # v2: each run's detail is in results.parquet
+    runs = parquet_runs(storage.get(layout.report_key(experiments[1], "results.parquet")))
+    t001_runs = [runs[("t001", rep)] for rep in range(3)]
+    assert t001.status == "partial" and [r["status"] for r in t001_runs] == ["ok", "failed", "missing"]
+    assert "BackoffLimitExceeded" in (t001_runs[1]["error"] or "")
+    assert t001_runs[1]["medians"] == {} and t001_runs[0]["medians"].keys() == t001.metrics.keys()
+    assert storage.exists(layout.launch_key(experiments[1], "t001", 1))  # its phases: launch.json
     assert t002.status == "missing" and t002.fingerprint is None and t002.metrics == {}
-    assert t002.hardware is None and t002.runs[0].phases is None
+    assert t002.hardware is None and [runs[("t002", rep)]["status"] for rep in range(3)] == ["missing"] * 3
+    assert not storage.exists(layout.launch_key(experiments[1], "t002", 0))
 
 
 def test_a_summary_without_variance_components_keeps_them_absent(
@@ -97,11 +104,11 @@ def test_a_summary_without_variance_components_keeps_them_absent(
 
 def test_another_schema_version_is_refused_naming_the_file(reports: tuple[Storage, list[str]]) -> None:
     document = stored(reports[0], reports[1][0])
-    document["schema"] = "kaliper.summary/v2"
+    document["schema"] = "kaliper.summary/v3"
     with pytest.raises(
         SchemaVersionError,
-        match=r"^old/summary\.json: unsupported schema 'kaliper\.summary/v2' \(this Kaliper reads "
-        r"kaliper\.summary/v1\); it was written by a different Kaliper version",
+        match=r"^old/summary\.json: unsupported schema 'kaliper\.summary/v3' \(this Kaliper reads "
+        r"kaliper\.summary/v1 and kaliper\.summary/v2\); it was written by a different Kaliper version",
     ):
         load_summary(json.dumps(document), "old/summary.json")
     with pytest.raises(SchemaVersionError, match=r"^x\.json: .*expected a kaliper\.summary document"):
@@ -112,6 +119,10 @@ def test_another_schema_version_is_refused_naming_the_file(reports: tuple[Storag
 
 def test_an_unknown_field_is_refused(reports: tuple[Storage, list[str]]) -> None:
     document = stored(reports[0], reports[1][0])
+    document["trials"][0]["surprise"] = 1
+    with pytest.raises(SchemaVersionError, match=r"^s\.json: .*surprise"):
+        load_summary(document, "s.json")
+    document = as_v1(stored(reports[0], reports[1][0]))
     document["trials"][0]["runs"][0]["surprise"] = 1
     with pytest.raises(SchemaVersionError, match=r"^s\.json: .*surprise"):
         load_summary(document, "s.json")
@@ -119,6 +130,46 @@ def test_an_unknown_field_is_refused(reports: tuple[Storage, list[str]]) -> None
     document["notes"] = "hand-added"
     with pytest.raises(SchemaVersionError, match=r"^s\.json: .*notes"):
         load_summary(document, "s.json")
+
+
+def as_v1(document: dict[str, Any]) -> dict[str, Any]:
+    """The summary as Kaliper wrote it before v2: a `runs` list per trial with each run's detail."""
+    old = json.loads(json.dumps(document))
+    old["schema"] = "kaliper.summary/v1"
+    for trial in old["trials"]:
+        names = list(trial["metrics"])
+        trial["runs"] = [
+            {
+                "repetition": rep,
+                "status": "ok",
+                "error": None,
+                "converged": True,
+                "n_samples": 20,
+                "medians": {name: trial["metrics"][name]["median"] for name in names},
+                "phases": {"created": "2026-11-20T01:00:00+00:00", "finished": None},
+                "resources": {"available": False, "reason": "no Prometheus configured"},
+                "stats": {
+                    name: {"ci_low": 1.0, "ci_high": 2.0, "iqr": 0.5, "jitter": 0.01, "cv": None}
+                    for name in names
+                },
+            }
+            for rep in range(trial["repetitions"]["planned"])
+        ]
+    return old
+
+
+def test_a_version_1_summary_still_loads_and_a_version_2_has_no_runs(
+    reports: tuple[Storage, list[str]],
+) -> None:
+    v1 = as_v1(stored(reports[0], reports[1][1]))
+    loaded = load_summary(json.dumps(v1).encode(), "old/summary.json")
+    assert loaded.schema_ == "kaliper.summary/v1" and loaded.model_dump(mode="json", by_alias=True) == v1
+    t000 = loaded.trials[0]
+    assert t000.runs is not None and [r.repetition for r in t000.runs] == [0, 1, 2]
+    v2 = stored(reports[0], reports[1][1])
+    v2["trials"][0]["runs"] = v1["trials"][0]["runs"]
+    with pytest.raises(SchemaVersionError, match=r"^new/summary\.json: a kaliper\.summary/v2 summary has no"):
+        load_summary(v2, "new/summary.json")
 
 
 def test_history_reads_summaries_through_the_model(
@@ -140,6 +191,16 @@ def test_history_reads_summaries_through_the_model(
         metric["n"],
         first["stack_id"],
     )
+
+    # A report stored by an older Kaliper (summary v1, a `runs` list per trial) gives the same points.
+    root = Path(storage.location(layout.report_key(experiments[0], "summary.json"))).parents[3]
+    copy = open_storage(f"file://{shutil.copytree(root, tmp_path / 'copy')}")
+    key = layout.report_key(experiments[0], "summary.json")
+    Path(copy.location(key)).write_text(json.dumps(as_v1(stored(storage, experiments[0]))))
+    again = load_history(copy, spec="nightly", metric="gflops")
+    assert [[(p.experiment, p.median, p.n_runs) for p in s.points] for s in again] == [
+        [(p.experiment, p.median, p.n_runs) for p in s.points] for s in history
+    ]
 
     other = open_storage(f"file://{tmp_path / 'store'}")
     document = stored(storage, experiments[0])

@@ -1,13 +1,18 @@
-"""`kaliper step configure|launch|report`: what the workflow's pods run (not meant to be typed by hand)."""
+"""`kaliper step configure|launch|launch-chunk|report`: what the workflow's pods run (not meant to be typed by hand)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kaliper.errors import InputError, RunsFailedError
+
+if TYPE_CHECKING:
+    from kaliper.results.documents import LaunchDoc
+    from kaliper.steps.chunks import Run
 
 step_app = typer.Typer(
     help="Steps of a cluster run (what the workflow's pods execute; not meant to be typed by hand).",
@@ -40,22 +45,50 @@ def step_configure(
         Path, typer.Option("--experiment-out", help="Where to write the experiment id.")
     ],
     templates_json: Templates = None,
+    chunk_size: Annotated[
+        int | None,
+        typer.Option(
+            "--chunk-size",
+            min=1,
+            help="Store the runs in chunks of this many; the fan-out list is then the chunks' (large sweeps).",
+        ),
+    ] = None,
 ) -> None:
     """Configure the experiment into storage and write the fan-out list of runs (trial × repetition)."""
     from kaliper.steps.configure import configure_step
 
     done = configure_step(
-        spec_text, storage, workflow_name, workflow_created, runs_out, experiment_out, templates_json
+        spec_text,
+        storage,
+        workflow_name,
+        workflow_created,
+        runs_out,
+        experiment_out,
+        templates_json,
+        chunk_size=chunk_size,
     )
     print(f"experiment: {done.experiment}")
     print(f"runs: {len(done.runs)}")
+    if done.chunks is not None:
+        print(f"chunks: {len(done.chunks)} of at most {chunk_size} runs")
+
+
+ExperimentId = Annotated[str, typer.Option(help="Experiment id (from the configure step).")]
+Timeout = Annotated[float, typer.Option(min=1, help="Seconds to wait for one run's job to finish.")]
+WorkflowUid = Annotated[
+    str | None, typer.Option("--workflow-uid", help="Owner of the jobs (Argo: {{workflow.uid}}).")
+]
+VolumeClaim = Annotated[
+    str | None, typer.Option("--volume-claim", help="PVC holding file:// storage, mounted in the jobs.")
+]
+MountPath = Annotated[str | None, typer.Option("--mount-path", help="Where the PVC is mounted.")]
 
 
 @step_app.command("launch")
 def step_launch(
     spec_text: SpecText,
     storage: Storage,
-    experiment: Annotated[str, typer.Option(help="Experiment id (from the configure step).")],
+    experiment: ExperimentId,
     trial: Annotated[str, typer.Option(help="Trial id, e.g. t000.")],
     repetition: Annotated[int, typer.Option(min=0, help="Repetition number.")],
     job_sha256: Annotated[
@@ -63,17 +96,97 @@ def step_launch(
         typer.Option("--job-sha256", help="sha256 of the trial's job.yaml (from the configure step's runs)."),
     ],
     workflow_name: WorkflowName,
-    timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for the job to finish.")],
-    workflow_uid: Annotated[
-        str | None, typer.Option("--workflow-uid", help="Owner of the job (Argo: {{workflow.uid}}).")
-    ] = None,
-    volume_claim: Annotated[
-        str | None, typer.Option("--volume-claim", help="PVC holding file:// storage, mounted in the job.")
-    ] = None,
-    mount_path: Annotated[str | None, typer.Option("--mount-path", help="Where the PVC is mounted.")] = None,
+    timeout: Timeout,
+    workflow_uid: WorkflowUid = None,
+    volume_claim: VolumeClaim = None,
+    mount_path: MountPath = None,
     templates_json: Templates = None,
 ) -> None:
     """Create the run's TFJob/PyTorchJob, wait for its Succeeded/Failed condition, record launch.json."""
+    from kaliper.steps.chunks import Run
+
+    launch = _launcher(
+        spec_text,
+        storage,
+        experiment,
+        workflow_name,
+        timeout,
+        workflow_uid,
+        volume_claim,
+        mount_path,
+        templates_json,
+    )
+    doc = launch(Run(trial, repetition, job_sha256))
+    print(f"job: {doc.job_name}: {doc.status} ({doc.reason})")
+    if doc.status != "succeeded":
+        raise RunsFailedError(_failure(doc))
+
+
+@step_app.command("launch-chunk")
+def step_launch_chunk(
+    spec_text: SpecText,
+    storage: Storage,
+    experiment: ExperimentId,
+    chunk: Annotated[int, typer.Option(min=0, help="Chunk number (from the configure step's chunks).")],
+    chunk_sha256: Annotated[
+        str, typer.Option("--chunk-sha256", help="sha256 of the chunk (from the configure step's chunks).")
+    ],
+    workflow_name: WorkflowName,
+    timeout: Timeout,
+    concurrency: Annotated[int, typer.Option(min=1, help="Runs of the chunk at once.")] = 1,
+    workflow_uid: WorkflowUid = None,
+    volume_claim: VolumeClaim = None,
+    mount_path: MountPath = None,
+    templates_json: Templates = None,
+) -> None:
+    """Launch the runs of one chunk of a large sweep, as `launch` does each (the chunked shape)."""
+    from kaliper.steps.chunks import launch_chunk
+    from kaliper.storage import open_storage
+
+    launch = _launcher(
+        spec_text,
+        storage,
+        experiment,
+        workflow_name,
+        timeout,
+        workflow_uid,
+        volume_claim,
+        mount_path,
+        templates_json,
+    )
+    outcomes = launch_chunk(
+        open_storage(storage), experiment, chunk, chunk_sha256, launch, concurrency=concurrency
+    )
+    failed = []
+    for outcome in outcomes:
+        run, doc = outcome.run, outcome.doc
+        if doc is None:
+            print(f"run {run.trial}/{run.repetition}: error: {outcome.error}")
+        else:
+            print(f"run {run.trial}/{run.repetition}: job: {doc.job_name}: {doc.status} ({doc.reason})")
+        if not outcome.succeeded:
+            failed.append(
+                _failure(doc) if doc is not None else f"run {run.trial}/{run.repetition}: {outcome.error}"
+            )
+    print(f"chunk {chunk}: {len(outcomes) - len(failed)} of {len(outcomes)} runs succeeded")
+    if failed:
+        raise RunsFailedError(
+            f"chunk {chunk}: {len(failed)} of {len(outcomes)} runs failed; first: {failed[0]}"
+        )
+
+
+def _launcher(
+    spec_text: str,
+    storage: str,
+    experiment: str,
+    workflow_name: str,
+    timeout: float,
+    workflow_uid: str | None,
+    volume_claim: str | None,
+    mount_path: str | None,
+    templates_json: str | None,
+) -> Callable[[Run], LaunchDoc]:
+    """One run's launch (kaliper.steps.launch.launch_run), checked against the workflow's spec."""
     from kaliper.configurator.jobcheck import JobExpectations
     from kaliper.steps.configure import load_step_spec
     from kaliper.steps.launch import launch_run
@@ -81,25 +194,30 @@ def step_launch(
 
     if (volume_claim is None) != (mount_path is None):
         raise InputError("--volume-claim and --mount-path go together; give both or neither")
-    doc = launch_run(
-        open_storage(storage),
-        experiment,
-        trial,
-        repetition,
-        workflow_name=workflow_name,
-        workflow_uid=workflow_uid,
-        timeout_s=timeout,
-        volume_claim=volume_claim,
-        mount_path=mount_path,
-        job_sha256=job_sha256,
-        expect=JobExpectations.of(load_step_spec(spec_text, templates_json).spec),
-    )
-    print(f"job: {doc.job_name}: {doc.status} ({doc.reason})")
-    if doc.status != "succeeded":
-        detail = (
-            f"; {doc.failure.replica}: {doc.failure.reason}" if doc.failure and doc.failure.replica else ""
+    store = open_storage(storage)
+    expect = JobExpectations.of(load_step_spec(spec_text, templates_json).spec)
+
+    def launch(run: Run) -> LaunchDoc:
+        return launch_run(
+            store,
+            experiment,
+            run.trial,
+            run.repetition,
+            workflow_name=workflow_name,
+            workflow_uid=workflow_uid,
+            timeout_s=timeout,
+            volume_claim=volume_claim,
+            mount_path=mount_path,
+            job_sha256=run.sha256,
+            expect=expect,
         )
-        raise RunsFailedError(f"run {trial}/{repetition} failed: {doc.reason}: {doc.message}{detail}")
+
+    return launch
+
+
+def _failure(doc: LaunchDoc) -> str:
+    detail = f"; {doc.failure.replica}: {doc.failure.reason}" if doc.failure and doc.failure.replica else ""
+    return f"run {doc.trial}/{doc.repetition} failed: {doc.reason}: {doc.message}{detail}"
 
 
 @step_app.command("report")

@@ -10,17 +10,19 @@ import hashlib
 import itertools
 import math
 import secrets
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kaliper import __version__
 from kaliper.configurator.command import render_command
 from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
+from kaliper.configurator.manifest_yaml import dump_manifest as dump_manifest
 from kaliper.configurator.podenv import job_env, stack_env
 from kaliper.configurator.render import BUILTIN_TEMPLATES, LIBRARY_DIR, TemplateEvaluator
 from kaliper.errors import SpecError, TemplateError
@@ -29,7 +31,10 @@ from kaliper.jobs.manifest import replica_counts
 from kaliper.results.documents import ExperimentDoc, JobRef, StackRef, TrialDoc, to_document
 from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
 from kaliper.storage import Storage, layout
+from kaliper.storage.base import dump_json
 from kaliper.workloads import get_workload
+
+WRITERS = 16  # threads writing a plan's objects (file://: concurrent fsyncs share journal commits)
 
 
 @dataclass(frozen=True)
@@ -223,27 +228,46 @@ def _describe(loaded: LoadedSpec, template: Path) -> str:
     return f"{loaded.source}: workload.template {loaded.spec.workload.template!r} ({template})"
 
 
-class _ManifestDumper(yaml.SafeDumper):
-    """PyYAML's own string style, whatever another library registered globally (Hera does, on import):
-    job.yaml must be the same bytes in every process, or a retried configure step could not rewrite it."""
-
-
-_ManifestDumper.add_representer(str, yaml.representer.SafeRepresenter.represent_str)
-
-
-def dump_manifest(manifest: dict[str, Any]) -> str:
-    return yaml.dump(manifest, Dumper=_ManifestDumper, sort_keys=False, default_flow_style=False)
-
-
 def write_plan(plan: ExperimentPlan, storage: Storage) -> None:
-    """Store spec.yaml, experiment.json and every trial's trial.json and job.yaml."""
+    """Store spec.yaml, experiment.json and every trial's trial.json and job.yaml.
+
+    On storage that takes concurrent writes (file://: fsync is most of a write's time, and the file
+    system commits concurrent ones together), the trials' objects are written by WRITERS threads while
+    this one renders the next; each object is still written whole, and experiment.json only after all."""
     exp = plan.experiment.id
     storage.put(layout.spec_key(exp), plan.spec_text.encode())
-    for trial in plan.trials:
-        storage.put_json(layout.trial_key(exp, trial.doc.id), to_document(trial.doc))
-        storage.put(layout.job_key(exp, trial.doc.id), trial.job_yaml.encode())
+    objects = (
+        (key, data)
+        for trial in plan.trials
+        for key, data in (
+            (layout.trial_key(exp, trial.doc.id), dump_json(to_document(trial.doc))),
+            (layout.job_key(exp, trial.doc.id), trial.job_yaml.encode()),
+        )
+    )
+    if getattr(storage, "concurrent_puts", False) and len(plan.trials) > 1:
+        _put_concurrently(storage, objects)
+    else:
+        for key, data in objects:
+            storage.put(key, data)
     # experiment.json last: its presence means the experiment is fully configured.
     storage.put_json(layout.experiment_key(exp), to_document(plan.experiment))
+
+
+def _put_concurrently(storage: Storage, objects: Iterable[tuple[str, bytes]]) -> None:
+    """storage.put of every object from a thread pool; the first failure (in order) is raised, and
+    nothing more is started after one."""
+    with ThreadPoolExecutor(WRITERS, thread_name_prefix="kaliper-put") as pool:
+        pending: deque[Future[None]] = deque()
+        for key, data in objects:
+            pending.append(pool.submit(storage.put, key, data))
+            while pending and (pending[0].done() or len(pending) > 4 * WRITERS):
+                failed = pending[0].exception()
+                if failed is not None:
+                    pool.shutdown(cancel_futures=True)
+                    raise failed
+                pending.popleft()
+        for future in pending:
+            future.result()
 
 
 def template_location(loaded: LoadedSpec) -> tuple[Path, list[Path]]:

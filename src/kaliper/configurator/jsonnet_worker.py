@@ -7,10 +7,15 @@ armed with `ITIMER_REAL`, whose SIGALRM keeps its default action: the process di
 (kaliper.configurator.render) reports which limit was hit.
 
 Protocol: one JSON request per line on stdin, one JSON answer per line on stdout.
-  request: {"template": path, "roots": [dir, ...], "library": dir, "tlas": [{name: value}, ...]}
-  answer:  {"ok": [the value of each evaluation]} or {"error": message}
-Every item of `tlas` is one call of the template function (with those named arguments); a batch is one
-jsonnet evaluation, so jsonnet's standard library is parsed once per batch, not once per trial.
+  request: {"template": path, "roots": [dir, ...], "library": dir, "native": bool,
+            "values": [argument value, ...], "calls": [{name: index into values}, ...]}
+  answer:  {"ok": [the value of each evaluation], "seconds": evaluation time} or {"error": message}
+Every item of `calls` is one call of the template function (with those named arguments); a batch is one
+jsonnet evaluation, so jsonnet's standard library is parsed once per batch, not once per trial, and an
+argument value the trials share (job, workload, sampling) is sent and parsed once per batch.
+
+`native` gives templates the native function `kaliper.arg` (see `number_arg`): kaliper.libsonnet's `arg`
+uses it for numbers, else its pure-jsonnet `pureArg` (std.format is slow: ~7 ms a trial).
 
 Run as a script (`python .../jsonnet_worker.py MEMORY_BYTES TIMEOUT_S`), so it does not import the
 kaliper package and starts in milliseconds. Imports only the standard library and `_jsonnet`.
@@ -19,9 +24,12 @@ kaliper package and starts in milliseconds. Imports only the standard library an
 from __future__ import annotations
 
 import json
+import math
 import resource
 import signal
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +75,77 @@ class ConfinedImporter:
         return " and ".join(str(r) for r in self.roots)
 
 
-def batch_snippet(template: Path) -> str:
-    """Jsonnet calling the template once per argument set, as TLAs would (named arguments)."""
+def _unparse(x: float) -> str:
+    """std.toString of a number (C++ jsonnet's jsonnet_unparse_number)."""
+    return f"{x:.0f}" if x == math.floor(x) else f"{x:.17g}"
+
+
+def _digits(mag: float) -> str:
+    """std.format's render_int of a whole, non-negative number: the same float steps."""
+    if mag == 0:
+        return "0"
+    digits = []
+    while mag != 0:
+        digits.append(_unparse(math.fmod(mag, 10)))
+        mag = math.floor(mag / 10)
+    return "".join(reversed(digits))
+
+
+def _fixed(x: float, prec: int) -> str:
+    """std.format's render_float_dec (no flags): rounded by adding 0.5 to x * 10^prec."""
+    n = abs(x)
+    denominator = math.pow(10, prec)
+    numerator = n * denominator + 0.5
+    whole = (1 if n > 0 else 0) * math.floor(numerator / denominator)
+    frac = math.fmod(math.floor(numerator), denominator)
+    text = ("-" if x < 0 else "") + _digits(whole)
+    if prec == 0 or not frac > 0:
+        return text
+    return f"{text}.{_digits(frac).rjust(prec, '0').rstrip('0')}"
+
+
+def _exponent(x: float) -> int:
+    return math.floor(math.log(abs(x)) / math.log(10)) if x != 0 else 0
+
+
+def format_g15(x: float) -> str:
+    """std.format('%.15g', x), step by step as jsonnet's standard library computes it (its exponent
+    comes from log(x)/log(10) and may differ from C's printf, so printf's text is not always the same)."""
+    exponent = _exponent(x)
+    if -4 <= exponent < 15:
+        return _fixed(x, 15 - max(1, exponent + 1))
+    # std.pow(10, -324) is 0: jsonnet divides by 10^-323 instead
+    mantissa = x * 10 / math.pow(10, exponent + 1) if exponent == -324 else x / math.pow(10, exponent)
+    sign = "-" if exponent < 0 else "+"
+    return f"{_fixed(mantissa, 14)}e{sign}{_digits(abs(exponent)).rjust(2, '0')}"
+
+
+def number_arg(x: float) -> str:
+    """kaliper.libsonnet's `pureArg` of a number, the same text (the native function `kaliper.arg`)."""
+    if not isinstance(x, float):
+        raise RuntimeError(f"kaliper.arg: expected a number, found {type(x).__name__}")
+    if x == math.floor(x) and abs(x) < 1e15:
+        return _unparse(x)
+    if abs(x) < 1e300:
+        short = format_g15(x)
+        if float(short) == x:
+            return short
+    return _unparse(x)
+
+
+NATIVE_CALLBACKS: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
+    "kaliper.arg": (("x",), number_arg),
+}
+
+
+def batch_snippet(template: Path, names: list[str]) -> str:
+    """Jsonnet calling the template once per call, as TLAs would (named arguments taken from the pool)."""
+    arguments = ", ".join(f"{name}=v[c[{json.dumps(name)}]]" for name in names)
     return (
         f"local template = import {json.dumps(template.name)};\n"
-        "[\n"
-        "  if std.isFunction(template) then template(\n"
-        "    run=a.run, job=a.job, workload=a.workload, params=a.params, sampling=a.sampling) else template\n"
-        "  for a in std.extVar('kaliper_batch')\n"
-        "]\n"
+        "local b = std.extVar('kaliper_batch');\n"
+        "local v = b.values;\n"
+        f"[if std.isFunction(template) then template({arguments}) else template for c in b.calls]\n"
     )
 
 
@@ -85,26 +155,30 @@ def evaluate(request: dict[str, Any]) -> list[Any]:
 
     template = Path(request["template"]).resolve()
     roots = [Path(r) for r in request["roots"]]
-    tlas: list[dict[str, Any]] = request["tlas"]
+    values: list[Any] = request["values"]
+    calls: list[dict[str, int]] = request["calls"]
     library = Path(request["library"])
     importer = ConfinedImporter([*roots, library], library)
-    if len(tlas) == 1:  # exactly what `jsonnet --tla-code` does: error traces as users know them
+    native = NATIVE_CALLBACKS if request.get("native", True) else {}
+    if len(calls) == 1:  # exactly what `jsonnet --tla-code` does: error traces as users know them
         text = _jsonnet.evaluate_file(
             str(template),
-            tla_codes={name: json.dumps(value) for name, value in tlas[0].items()},
+            tla_codes={name: json.dumps(values[index]) for name, index in calls[0].items()},
             import_callback=importer,
+            native_callbacks=native,
             max_stack=MAX_STACK,
         )
         return [json.loads(text)]
     text = _jsonnet.evaluate_snippet(
         str(template.parent / _BATCH_FILE),
-        batch_snippet(template),
-        ext_codes={"kaliper_batch": json.dumps(tlas)},
+        batch_snippet(template, list(calls[0])),
+        ext_codes={"kaliper_batch": json.dumps({"values": values, "calls": calls})},
         import_callback=importer,
+        native_callbacks=native,
         max_stack=MAX_STACK,
     )
-    values: list[Any] = json.loads(text)
-    return values
+    result: list[Any] = json.loads(text)
+    return result
 
 
 def serve(memory_bytes: int, timeout_s: float) -> None:
@@ -114,8 +188,9 @@ def serve(memory_bytes: int, timeout_s: float) -> None:
     for line in sys.stdin:
         request = json.loads(line)
         signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        began = time.perf_counter()
         try:
-            answer: dict[str, Any] = {"ok": evaluate(request)}
+            answer: dict[str, Any] = {"ok": evaluate(request), "seconds": time.perf_counter() - began}
         except RuntimeError as exc:
             answer = {"error": str(exc).strip()}
         except MemoryError:

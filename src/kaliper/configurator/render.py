@@ -1,4 +1,4 @@
-"""Evaluate jsonnet job templates with the trial as top-level arguments, in a bounded child process.
+"""Evaluate jsonnet job templates with the trial as top-level arguments, in bounded child processes.
 
 Imports are confined: a template may import files from its roots (the spec's directory; for a bare
 `render_template` call, the template's own directory) and from Kaliper's template library, nothing else,
@@ -7,9 +7,15 @@ so a spec cannot read arbitrary files through a template.
 Limits: the `_jsonnet` C extension has no timeout and ignores Python signals, so templates are evaluated
 by `jsonnet_worker.py` in a child process capped at `KALIPER_TEMPLATE_MEMORY` of address space (default
 2 GiB) and killed by SIGALRM after `KALIPER_TEMPLATE_TIMEOUT` seconds per evaluation (default 10). One
-child serves a whole configure call; trials are sent in batches sized to take about a quarter of the
-time limit each (the first alone), so a 10,000-trial sweep costs one process start and a few dozen
-jsonnet evaluations rather than 10,000.
+child serves a whole configure call, two on a machine with two cores or more once a sweep needs more
+than one batch (each child has those limits); trials are sent in batches sized to take about a quarter
+of the time limit each (the first alone), so a 10,000-trial sweep costs two process starts and a few
+dozen jsonnet evaluations rather than 10,000.
+
+Speed (a 10,000-trial sweep): the worker gives templates the native function `kaliper.arg` (the library's
+number formatting, the same text computed in Python), and a batch sends a value its trials share (job,
+workload, sampling) once. `KALIPER_TEMPLATE_REFERENCE=1` turns both off and uses one worker: the
+reference path, as plain jsonnet computes it, to compare against (the output is the same).
 """
 
 from __future__ import annotations
@@ -18,37 +24,40 @@ import json
 import os
 import re
 import select
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Final
+from typing import Any, Final
 
+from kaliper.configurator.worker_process import (
+    MEMORY_ENV,
+    MEMORY_WORDS,
+    TIMEOUT_ENV,
+    WorkerProcess,
+    memory_error,
+    which,
+)
 from kaliper.errors import InputError, TemplateError
 
 LIBRARY_DIR = Path(__file__).resolve().parent / "templates"
-WORKER = Path(__file__).resolve().parent / "jsonnet_worker.py"
 BUILTIN_TEMPLATES = {
     "PyTorchJob": LIBRARY_DIR / "pytorchjob.libsonnet",
     "TFJob": LIBRARY_DIR / "tfjob.libsonnet",
 }
-MEMORY_ENV: Final = "KALIPER_TEMPLATE_MEMORY"
-TIMEOUT_ENV: Final = "KALIPER_TEMPLATE_TIMEOUT"
+REFERENCE_ENV: Final = "KALIPER_TEMPLATE_REFERENCE"
 DEFAULT_MEMORY: Final = 2 << 30
 DEFAULT_TIMEOUT_S: Final = 10.0
 MIN_MEMORY: Final = 256 << 20  # below this the Python interpreter of the worker cannot start
 BATCH_SHARE: Final = 0.25  # a batch should take at most this share of the time limit
 MAX_BATCH: Final = 1000
-GRACE_S: Final = 5.0  # the parent kills a worker that overran its own alarm by this much
+MAX_WORKERS: Final = 2
 _UNITS: Final = {"": 1, "k": 1 << 10, "ki": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mi": 1 << 20, "mib": 1 << 20,
                  "g": 1 << 30, "gi": 1 << 30, "gib": 1 << 30}  # fmt: skip
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-_MEMORY_WORDS = ("bad_alloc", "MemoryError", "out of memory", "Cannot allocate memory")
+
+__all__ = ["MEMORY_ENV", "TIMEOUT_ENV", "Limits", "TemplateEvaluator", "render_template"]
 
 
 @dataclass(frozen=True)
@@ -87,21 +96,57 @@ class Limits:
         return f"{self.memory_bytes} bytes"
 
 
-def _which(labels: Sequence[str]) -> str:
-    """ " (trial t003)" or " (trials t001-t050)": which evaluations a failure belongs to."""
-    named = [label for label in labels if label]
-    if not named:
-        return ""
-    return f" (trial {named[0]})" if len(named) == 1 else f" (trials {named[0]}-{named[-1]})"
+def reference_path(environ: Mapping[str, str] | None = None) -> bool:
+    """KALIPER_TEMPLATE_REFERENCE=1: no native functions, nothing shared, one worker (see the module)."""
+    return (os.environ if environ is None else environ).get(REFERENCE_ENV, "").strip() not in ("", "0")
+
+
+def worker_count() -> int:
+    """Workers for a long sweep: one per core this process may use, at most MAX_WORKERS."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_WORKERS, cores))
+
+
+def pool_arguments(chunk: Sequence[dict[str, Any]], share: bool = True) -> dict[str, Any]:
+    """The worker's `values` and `calls`. `share`: a value several argument sets hold (the job, the
+    sampling rule: the same JSON) is sent once; else every value is sent as it is."""
+    values: list[Any] = []
+    calls: list[dict[str, int]] = []
+    by_text: dict[str, int] = {}
+    by_id: dict[int, int] = {}  # the chunk holds every value, so no id is reused meanwhile
+    for item in chunk:
+        call: dict[str, int] = {}
+        for name, value in item.items():
+            index = by_id.get(id(value)) if share else None
+            if index is None:
+                index = by_text.setdefault(json.dumps(value), len(values)) if share else len(values)
+                if index == len(values):
+                    values.append(value)
+                by_id[id(value)] = index
+            call[name] = index
+        calls.append(call)
+    return {"values": values, "calls": calls}
+
+
+@dataclass
+class _Batch:
+    start: int
+    stop: int
+    answer: dict[str, Any] | None = None
+    failure: TemplateError | None = None
 
 
 class TemplateEvaluator:
-    """One worker process evaluating templates for one configure/validate; a killed worker is replaced."""
+    """The template workers of one configure/validate (one, or two for a long sweep); a killed worker is
+    replaced. Batches go to whichever worker is free; results and errors come back in trial order."""
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, reference: bool | None = None) -> None:
         self.limits = limits or Limits.from_environment()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._stderr: IO[bytes] | None = None
+        self.reference = reference_path() if reference is None else reference
+        self._workers: list[WorkerProcess] = []
 
     def __enter__(self) -> TemplateEvaluator:
         return self
@@ -112,29 +157,16 @@ class TemplateEvaluator:
         self.close()
 
     def close(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            if proc.stdin is not None:
-                proc.stdin.close()
-            try:
-                proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
+        for worker in self._workers:
+            worker.close()
 
-    def _start(self) -> subprocess.Popen[bytes]:
-        if self._proc is None:
-            self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
-            argv = [sys.executable, str(WORKER), str(self.limits.memory_bytes), repr(self.limits.timeout_s)]
-            self._proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr
+    def _worker(self, index: int) -> WorkerProcess:
+        while len(self._workers) <= index:
+            limits = self.limits
+            self._workers.append(
+                WorkerProcess(limits.memory_bytes, limits.timeout_s, limits.describe_memory())
             )
-        return self._proc
+        return self._workers[index]
 
     def render(
         self,
@@ -143,84 +175,113 @@ class TemplateEvaluator:
         arguments: Sequence[dict[str, Any]],
         labels: Sequence[str],
     ) -> list[Any]:
-        """The value of `template` for each argument set (labels: trial ids, for errors); batched."""
+        """The value of `template` for each argument set (labels: trial ids, for errors); batched.
+
+        Every argument set names the same arguments. The first is evaluated alone; each answer's
+        evaluation time sizes the next batches (about BATCH_SHARE of the time limit each)."""
         template = template.resolve()
         if not template.is_file():
             raise TemplateError(f"{template}: no such template file")
+        batches = self._run(template, roots, arguments, labels)
         values: list[Any] = []
-        size = 1
-        while len(values) < len(arguments):
-            start = len(values)
-            chunk, names = arguments[start : start + size], labels[start : start + size]
-            began = time.perf_counter()
-            values += self._evaluate(template, roots, chunk, names)
-            per_item = max((time.perf_counter() - began) / len(chunk), 1e-4)
-            size = max(1, min(MAX_BATCH, int(self.limits.timeout_s * BATCH_SHARE / per_item)))
+        for batch in batches:  # in order: the first failing trial is the one reported, as one worker would
+            if batch.failure is not None:
+                raise batch.failure
+            assert batch.answer is not None
+            chunk, names = arguments[batch.start : batch.stop], labels[batch.start : batch.stop]
+            values += self._outcome(batch.answer, self._worker(0), template, roots, chunk, names)
         return values
 
-    def _evaluate(
-        self, template: Path, roots: Sequence[Path], chunk: Sequence[dict[str, Any]], names: Sequence[str]
-    ) -> list[Any]:
+    def _run(
+        self,
+        template: Path,
+        roots: Sequence[Path],
+        arguments: Sequence[dict[str, Any]],
+        labels: Sequence[str],
+    ) -> list[_Batch]:
+        """Every batch with its answer or failure. The first trial goes alone; once its time is known, a
+        second worker joins (`worker_count()`) while more than a batch is left. None is sent after a
+        failure, but those under way are awaited."""
+        batches: list[_Batch] = []
+        idle, busy = [self._worker(0)], dict[int, tuple[WorkerProcess, _Batch, float]]()
+        most = 1 if self.reference else worker_count()
+        start, size, tail, failed = 0, 1, 0, False
+        while True:
+            while not failed and start < len(arguments):
+                left, running = len(arguments) - start, len(idle) + len(busy)
+                if not idle and running < most and left > size > 1:
+                    idle.append(self._worker(running))
+                    running += 1
+                if not idle:
+                    break
+                if size > 1 and not tail and left <= size * running:  # the last batches: one per worker
+                    tail = -(-left // running)
+                batch = _Batch(start, start + min(size, tail or size, left))
+                worker = idle.pop()
+                worker.send(self._request(template, roots, arguments[batch.start : batch.stop]))
+                busy[worker.fileno()] = (worker, batch, time.perf_counter())
+                batches.append(batch)
+                start = batch.stop
+            if not busy:
+                return batches
+            wait = min(worker.remaining_s() for worker, _, _ in busy.values())
+            ready, _, _ = select.select(list(busy), [], [], wait)
+            for fd in ready or [fd for fd, item in busy.items() if item[0].remaining_s() == 0]:
+                worker, batch, sent = busy.pop(fd)
+                try:
+                    batch.answer = worker.receive(template, labels[batch.start : batch.stop])
+                except TemplateError as exc:
+                    batch.failure = exc
+                failed = failed or batch.answer is None or "ok" not in batch.answer
+                seconds = float((batch.answer or {}).get("seconds", time.perf_counter() - sent))
+                size = self._batch_size(seconds, batch.stop - batch.start)
+                idle.append(worker)
+
+    def _batch_size(self, seconds: float, items: int) -> int:
+        per_item = max(seconds / items, 1e-4)
+        return max(1, min(MAX_BATCH, int(self.limits.timeout_s * BATCH_SHARE / per_item)))
+
+    def _request(self, template: Path, roots: Sequence[Path], chunk: Sequence[dict[str, Any]]) -> bytes:
         request = {
             "template": str(template),
             "roots": [str(r) for r in roots],
             "library": str(LIBRARY_DIR),
-            "tlas": list(chunk),
+            "native": not self.reference,
+            **pool_arguments(chunk, share=not self.reference),
         }
-        answer = self._ask(json.dumps(request).encode() + b"\n", template, names)
+        return json.dumps(request).encode() + b"\n"
+
+    def _evaluate(
+        self,
+        worker: WorkerProcess,
+        template: Path,
+        roots: Sequence[Path],
+        chunk: Sequence[dict[str, Any]],
+        names: Sequence[str],
+    ) -> list[Any]:
+        answer = worker.ask(self._request(template, roots, chunk), template, names)
+        return self._outcome(answer, worker, template, roots, chunk, names)
+
+    def _outcome(
+        self,
+        answer: dict[str, Any],
+        worker: WorkerProcess,
+        template: Path,
+        roots: Sequence[Path],
+        chunk: Sequence[dict[str, Any]],
+        names: Sequence[str],
+    ) -> list[Any]:
         if "ok" in answer:
             result: list[Any] = answer["ok"]
             return result
         error = str(answer.get("error", ""))
-        if answer.get("memory") or any(word in error for word in _MEMORY_WORDS):
-            raise self._memory_error(template, names)
+        if answer.get("memory") or any(word in error for word in MEMORY_WORDS):
+            self.close()  # a worker that ran out of memory is not reused
+            raise memory_error(template, names, self.limits.describe_memory())
         if len(chunk) > 1:  # find the trial that fails, and report its own error trace
             for item, name in zip(chunk, names, strict=True):
-                self._evaluate(template, roots, [item], [name])
-        raise TemplateError(f"{template}: jsonnet evaluation failed{_which(names)}:\n{error}")
-
-    def _ask(self, line: bytes, template: Path, names: Sequence[str]) -> dict[str, Any]:
-        proc = self._start()
-        assert proc.stdin is not None and proc.stdout is not None
-        try:
-            proc.stdin.write(line)
-            proc.stdin.flush()
-            ready, _, _ = select.select([proc.stdout], [], [], self.limits.timeout_s + GRACE_S)
-            reply = proc.stdout.readline() if ready else b""
-        except BrokenPipeError:
-            reply = b""
-        if reply:
-            answer: dict[str, Any] = json.loads(reply)
-            return answer
-        overran = proc.poll() is None
-        if overran:  # overran its own alarm: stop it here
-            proc.kill()
-        code = proc.wait()
-        detail = self._stderr_tail()
-        self.close()
-        if overran or code == -signal.SIGALRM:
-            raise TemplateError(
-                f"{template}: evaluation exceeded {self.limits.timeout_s:g} s{_which(names)}; "
-                f"raise {TIMEOUT_ENV} if the template really needs longer"
-            )
-        if code < 0 or any(word in detail for word in _MEMORY_WORDS):
-            raise self._memory_error(template, names)
-        raise TemplateError(
-            f"{template}: the template worker exited with status {code}{_which(names)}: {detail}"
-        )
-
-    def _memory_error(self, template: Path, names: Sequence[str]) -> TemplateError:
-        self.close()  # a worker that ran out of memory is not reused
-        return TemplateError(
-            f"{template}: evaluation exceeded the memory limit of {self.limits.describe_memory()}{_which(names)}; "
-            f"raise {MEMORY_ENV} if the template really needs more"
-        )
-
-    def _stderr_tail(self) -> str:
-        if self._stderr is None:
-            return ""
-        self._stderr.seek(0)
-        return self._stderr.read()[-2000:].decode(errors="replace").strip()
+                self._evaluate(worker, template, roots, [item], [name])
+        raise TemplateError(f"{template}: jsonnet evaluation failed{which(names)}:\n{error}")
 
 
 def render_template(template: Path, arguments: dict[str, Any], roots: Sequence[Path] | None = None) -> Any:

@@ -37,6 +37,7 @@ from kaliper.local.executor import JobResult, LocalExecutor, ReplicaProcess
 from kaliper.local.order import run_order
 from kaliper.monitoring.sampler import LocalSampler
 from kaliper.monitoring.settings import prometheus_url, pushgateway_url
+from kaliper.reporter.trial_samples import write_trial_samples
 from kaliper.results.documents import FailureInfo, LaunchDoc, ReplicaLaunch, to_document
 from kaliper.results.environment import store_environment
 from kaliper.results.fromlogs import LogText, local_provenance, records_from_logs, sampling_rule
@@ -111,6 +112,7 @@ def run_all(
             point = ", ".join(f"{k}={v}" for k, v in trial.doc.matrix_point.items()) or trial.doc.stack.name
             progress.update(task, description=f"{trial.doc.id} ({point}) rep {rep}")
             outcome = run_repetition(storage, plan, trial, rep, settings, progress.console)
+            write_trial_samples(storage, plan.experiment.id, trial.doc.id)  # after its last run: the report's
             outcomes.append(outcome)
             if not outcome.succeeded:
                 progress.console.print(f"[red]failed[/red] {trial.doc.id} rep {rep}: {outcome.message}")

@@ -1,5 +1,5 @@
 """The reporter: an experiment's stored documents → one report object → summary.json, results.csv,
-report.md, report.html and the Pushgateway summary push.
+results.parquet, report.md, report.html and the Pushgateway summary push.
 
 A report is written so that rerunning `kaliper report` is safe: identical inputs give identical bytes,
 which storage accepts as a no-op. A stored report that differs (one written by another Kaliper version)
@@ -16,11 +16,12 @@ from datetime import UTC, datetime
 from kaliper.errors import InputError
 from kaliper.reporter.html import report_html
 from kaliper.reporter.outputs import report_markdown, results_csv
+from kaliper.reporter.parquet import results_parquet
 from kaliper.reporter.push_summary import push_summary
 from kaliper.reporter.report import Report, build_report
 from kaliper.storage import Storage, dump_json, layout
 
-REPORT_FILES = ("summary.json", "results.csv", "report.md", "report.html")
+REPORT_FILES = ("summary.json", "results.csv", "results.parquet", "report.md", "report.html")
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 
 
@@ -63,6 +64,7 @@ def write_report(
     files = {
         "summary.json": dump_json(report.summary),
         "results.csv": results_csv(report).encode(),
+        "results.parquet": results_parquet(report),
         "report.md": report_markdown(report).encode(),
         "report.html": report_html(report).encode(),
     }

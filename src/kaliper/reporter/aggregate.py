@@ -28,12 +28,13 @@ from kaliper.analysis.terms import DEFAULT_MIN_QUIET_RUNS
 from kaliper.configurator import read_experiment, read_trial
 from kaliper.errors import InputError
 from kaliper.jobs.kubeflow import primary_replica, replica_name, run_status
+from kaliper.reporter.recovered import recover_from_logs
 from kaliper.reporter.views import Interner, LaunchView, RecordView
-from kaliper.results.documents import LAUNCH_SCHEMA, ExperimentDoc, LaunchDoc, TrialDoc, load_versioned
-from kaliper.results.environment import EnvironmentDoc, load_environment
-from kaliper.results.protocol import RESULT_LINE_PREFIX, result_payloads
-from kaliper.results.record import RecordLoader, ResultRecord, load_record
-from kaliper.results.resources import load_resources
+from kaliper.results.compact import SamplesCodec, TrialSamples, document_keys, open_samples
+from kaliper.results.documents import ExperimentDoc, TrialDoc
+from kaliper.results.environment import EnvironmentDoc
+from kaliper.results.protocol import RESULT_LINE_PREFIX
+from kaliper.results.record import RecordLoader
 from kaliper.storage import Storage, layout
 from kaliper.storage.readahead import ReadAhead
 from kaliper.workloads.extraction import TIME_TO_TRAIN
@@ -160,42 +161,6 @@ class ExperimentResult:
         return [rec for _t, r in self.all_runs() for rec in r.records]
 
 
-def _recover_from_logs(
-    storage: Storage, exp: str, trial: TrialDoc, repetition: int, keys: set[str], measured: set[str]
-) -> dict[str, tuple[ResultRecord, str]]:
-    """Records a replica printed as `KALIPER_RESULT {json}` because it could not store them.
-
-    Only for replicas with a captured stdout log (the local executor stores them) and no record of their
-    own in storage (`measured` names those that have one; the executor's failure record for a replica
-    that exited without storing one does not count); the last such line wins, and a line that is not a
-    readable record of this very run is ignored.
-    """
-    prefix = layout.run_prefix(exp, trial.id, repetition) + "/"
-    suffix = ".stdout.log"
-    found: dict[str, tuple[ResultRecord, str]] = {}
-    for key in sorted(keys):
-        if not (key.startswith(prefix + "logs/") and key.endswith(suffix)):
-            continue
-        replica = key[len(prefix + "logs/") : -len(suffix)]
-        if "/" in replica or replica in measured:
-            continue
-        payloads = result_payloads(storage.get(key).decode(errors="replace"))
-        if not payloads:
-            continue
-        where = storage.location(key)
-        try:
-            record = load_record(payloads[-1], f"{where} ({RESULT_LINE_PREFIX.strip()} line)")
-        except InputError:
-            continue
-        ids = record.ids
-        if (ids.experiment, ids.trial, ids.repetition) != (exp, trial.id, repetition) or (
-            replica_name(record.ids.replica_type, record.ids.replica_index) != replica
-        ):
-            continue
-        found[replica] = (record, where)
-    return found
-
-
 def _load_run(
     storage: Storage,
     exp: str,
@@ -204,14 +169,14 @@ def _load_run(
     keys: set[str],
     loader: RecordLoader,
     interner: Interner,
+    docs: TrialSamples,
 ) -> RunResult:
-    """One run from its own keys (those under its runs/<repetition>/ prefix)."""
+    """One run from its own keys (those under its runs/<repetition>/ prefix); its documents through
+    `docs` (the trial's samples file where it has them, else storage: kaliper.results.compact)."""
     launch = None
     launch_key = layout.launch_key(exp, trial.id, repetition)
     if launch_key in keys:
-        launch = interner.launch(
-            load_versioned(LaunchDoc, LAUNCH_SCHEMA, storage.get(launch_key), storage.location(launch_key))
-        )
+        launch = docs.launch(storage, launch_key, interner)
     prefix = layout.run_prefix(exp, trial.id, repetition) + "/"
     resources_key = layout.resources_key(exp, trial.id, repetition)
     record_keys = sorted(
@@ -222,9 +187,9 @@ def _load_run(
         and k.endswith(".json")
         and k[len(prefix) :] not in layout.RUN_DOCUMENTS
     )
-    records = [interner.record(loader.load(storage.get(k), storage.location(k))) for k in record_keys]
+    records = [docs.record(storage, k, loader, interner) for k in record_keys]
     measured = {r.replica for r in records if r.recorded_by == "workload"}
-    recovered = _recover_from_logs(storage, exp, trial, repetition, keys, measured)
+    recovered = recover_from_logs(storage, exp, trial, repetition, keys, measured)
     # A recovered record replaces the executor's "exited without a record" stand-in for that replica.
     records = [r for r in records if r.replica not in recovered]
     records += [interner.record(record) for record, _where in recovered.values()]
@@ -257,9 +222,9 @@ def _load_run(
             "no launch record and no result record (the run never happened or was interrupted)",
         )
     where = {replica: location for replica, (_record, location) in recovered.items()}
-    resources = load_resources(storage, resources_key) if resources_key in keys else None
+    resources = docs.resources(storage, resources_key) if resources_key in keys else None
     environment_key = layout.environment_key(exp, trial.id, repetition)
-    environment = load_environment(storage, environment_key) if environment_key in keys else None
+    environment = docs.environment(storage, environment_key) if environment_key in keys else None
     return RunResult(
         repetition, status, error, launch, primary, records, where, resources, environment=environment
     )
@@ -341,7 +306,8 @@ def bulk() -> Iterator[None]:
             gc.enable()
 
 
-ByRun = dict[tuple[str, str], set[str]]  # (trial, repetition) → the keys under that run's prefix
+# (trial, repetition) → the keys under that run's prefix; (trial, "samples") → the trial's samples files
+ByRun = dict[tuple[str, str], set[str]]
 
 
 def _by_run(experiment_id: str, keys: list[str]) -> ByRun:
@@ -351,7 +317,24 @@ def _by_run(experiment_id: str, keys: list[str]) -> ByRun:
         parts = key.split("/")
         if len(parts) > depth + 4 and parts[depth + 2] == "runs":
             by_run.setdefault((parts[depth + 1], parts[depth + 3]), set()).add(key)
+        elif len(parts) == depth + 4 and parts[depth + 2] == layout.SAMPLES_FOLDER:
+            by_run.setdefault((parts[depth + 1], layout.SAMPLES_FOLDER), set()).add(key)
     return by_run
+
+
+def _samples(
+    storage: Storage, experiment: ExperimentDoc, trial_ids: list[str], by_run: ByRun, codec: SamplesCodec
+) -> dict[str, TrialSamples]:
+    """The trials' documents as listed, served from their samples files (kaliper.results.compact)."""
+    reps = experiment.repetitions
+    listed = {
+        t: (
+            document_keys(experiment.id, t, reps, {r: by_run.get((t, str(r)), set()) for r in range(reps)}),
+            sorted(by_run.get((t, layout.SAMPLES_FOLDER), ())),
+        )
+        for t in trial_ids
+    }
+    return open_samples(storage, experiment.id, listed, codec)
 
 
 def _load_trials(
@@ -364,35 +347,49 @@ def _load_trials(
     """The trials, from `by_run` (one listing of the whole experiment), or else listing each trial."""
     loader = RecordLoader()  # records share stacks and hardware: validated once, held once
     interner = Interner()  # and each record is kept as a compact view (kaliper.reporter.views)
+    codec = SamplesCodec()  # and samples files share them the same way
     if by_run is None:
         keys = [k for t in trial_ids for k in storage.list(layout.trial_prefix(experiment.id, t))]
         by_run = _by_run(experiment.id, keys)
     trials = []
     source = storage
+    samples: dict[str, TrialSamples] = {}
     for number, trial_id in enumerate(trial_ids):
-        if not storage.cheap_listing and number % READ_AHEAD_TRIALS == 0:
-            # An object store: fetch the next trials' documents concurrently (not the logs: large, and
-            # read only to recover a record that could not be stored).
+        if number % READ_AHEAD_TRIALS == 0:
             batch = trial_ids[number : number + READ_AHEAD_TRIALS]
-            wanted = [layout.trial_key(experiment.id, t) for t in batch]
-            wanted += [
-                key
-                for t in batch
-                for rep in range(experiment.repetitions)
-                for key in sorted(by_run.get((t, str(rep)), ()))
-                if key.endswith(".json")
-            ]
-            source = ReadAhead(storage, wanted)
+            samples = _samples(storage, experiment, batch, by_run, codec)
+            if not storage.cheap_listing:
+                # An object store: fetch the next trials' documents their samples files do not have
+                # concurrently (not the logs: large, and read only to recover a record that could not be
+                # stored).
+                wanted = [layout.trial_key(experiment.id, t) for t in batch]
+                wanted += [key for t in batch for key in samples[t].missing()]
+                source = ReadAhead(storage, wanted)
         doc = read_trial(source, experiment.id, trial_id)
+        docs = samples[trial_id]
         runs = [
             _load_run(
-                source, experiment.id, doc, rep, by_run.get((trial_id, str(rep)), set()), loader, interner
+                source,
+                experiment.id,
+                doc,
+                rep,
+                by_run.get((trial_id, str(rep)), set()),
+                loader,
+                interner,
+                docs,
             )
             for rep in range(experiment.repetitions)
         ]
+        docs.save(storage)
         metrics = in_declared_order(_trial_metrics(runs, include_contended), experiment.workload)
         trials.append(TrialResult(doc, runs, metrics, include_contended))
     return trials
+
+
+def load_trials(storage: Storage, experiment: ExperimentDoc, trial_ids: list[str]) -> list[TrialResult]:
+    """Some trials, each listed on its own (what writing a trial's samples file after a run needs)."""
+    with bulk():
+        return _load_trials(storage, experiment, trial_ids, None)
 
 
 @functools.lru_cache(maxsize=8)

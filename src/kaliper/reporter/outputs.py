@@ -110,7 +110,6 @@ def _metric_cell(trial: TrialResult, name: str) -> str:
 def report_markdown(report: Report) -> str:
     result, summary = report.result, report.summary
     exp = result.experiment
-    trial_docs = {t["trial"]: t for t in summary["trials"]}
     prov = summary["provenance"]
     metric_names = list(dict.fromkeys(n for t in result.trials for n in t.metrics))
     units = {n: m.unit for t in result.trials for n, m in t.metrics.items()}
@@ -177,12 +176,16 @@ def report_markdown(report: Report) -> str:
         header = ["repetition", "status", "converged", "samples", *(f"{n} median" for n in metric_names)]
         header += ["interference"] if known else []
         lines += ["| " + " | ".join(map(md_text, header)) + " |", "|" + "---|" * len(header)]
-        by_repetition = {r["repetition"]: r for r in trial_docs[t.doc.id]["runs"]}
         for run in t.runs:
             medians = run_medians(run)
-            rs = by_repetition[run.repetition]
-            converged = {True: "yes", False: "no", None: "–"}[rs["converged"]]
-            cells = [str(run.repetition), md_text(run.status), converged, str(rs["n_samples"])]
+            primary = run.primary
+            converged = {True: "yes", False: "no", None: "–"}[primary.converged if primary else None]
+            cells = [
+                str(run.repetition),
+                md_text(run.status),
+                converged,
+                str(primary.n_samples if primary else 0),
+            ]
             cells += [format_number(medians.get(n)) for n in metric_names]
             cells += [md_text(run_label(run))] if known else []
             lines.append("| " + " | ".join(cells) + " |")

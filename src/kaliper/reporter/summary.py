@@ -3,54 +3,31 @@
 A pure function of the loaded experiment and its comparisons (no wall-clock time, seeded bootstrap), so
 rerunning the reporter gives a byte-identical file. Its schema is kaliper.results.summary.SummaryDoc.
 
-When a run of the experiment has an environment document, every run gets an `interference` entry
-(verdict, reasons), every trial an `interference` block (counts, what was left out and why, the figures
-with contended runs counted) and the run counts a `contended` count; otherwise none of these keys is
-written, so the summary of an older experiment stays what it was.
+Per-trial statistics only: its size grows with trials and metrics, not with runs. What each run did
+(status, error, convergence, medians, CI, spread, samples, interference verdict) is in results.parquet
+and results.csv; its resources block, phases and environment document are stored beside its records
+(runs/<repetition>/resources.json, launch.json, environment.json). Version 1 summaries had a `runs`
+list per trial with that detail; `kaliper.summary/v2` has none (kaliper.results.summary reads both).
+
+When a run of the experiment has an environment document, every trial gets an `interference` block
+(counts, what was left out and why, the figures with contended runs counted) and the run counts a
+`contended` count; otherwise none of these keys is written, so the summary of an older experiment stays
+what it was.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialMetric, TrialResult, run_medians
+from kaliper.reporter.aggregate import ExperimentResult, TrialMetric, TrialResult
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import PairedMetric
-from kaliper.reporter.contended import run_interference, trial_interference
+from kaliper.reporter.contended import trial_interference
 from kaliper.reporter.fingerprint import fingerprint, hardware_class
 from kaliper.reporter.verdict_tables import comparisons_summary, verdict_entry
 from kaliper.results.summary import SUMMARY_SCHEMA
 
 CI_METHOD = "hierarchical-bootstrap"
-
-
-def _run_summary(run: RunResult, known: bool) -> dict[str, Any]:
-    primary = run.primary
-    extra = {"interference": run_interference(run)} if known else {}
-    return {
-        "repetition": run.repetition,
-        "status": run.status,
-        "error": run.error,
-        "converged": primary.converged if primary else None,
-        "n_samples": primary.n_samples if primary else 0,
-        "medians": run_medians(run),
-        "phases": {k: v.isoformat() if v else None for k, v in run.launch.phases.items()}
-        if run.launch
-        else None,
-        "resources": run.resources,
-        # Per metric: the run's spread (IQR, MAD-based jitter = 1.4826·MAD/|median|, CV).
-        "stats": {
-            name: {
-                "ci_low": rs.ci_low,
-                "ci_high": rs.ci_high,
-                "iqr": rs.iqr,
-                "jitter": rs.jitter,
-                "cv": rs.cv,
-            }
-            for name, rs in (run.stats.items() if run.measured else ())
-        },
-        **extra,
-    }
 
 
 def _trial_stats(metric: TrialMetric) -> dict[str, Any]:
@@ -76,7 +53,6 @@ def _trial_summary(
     """One trial; `min_quiet` None: the experiment has no environment documents (nothing said of them)."""
     counts = trial.counts
     record = trial.first_record
-    known = min_quiet is not None
     extra = {"interference": trial_interference(trial, min_quiet)} if min_quiet is not None else {}
     return {
         "trial": trial.doc.id,
@@ -119,7 +95,6 @@ def _trial_summary(
             }
             for name, m in trial.metrics.items()
         },
-        "runs": [_run_summary(r, known) for r in trial.runs],
         **extra,
     }
 
@@ -142,7 +117,7 @@ def _provenance(result: ExperimentResult) -> dict[str, Any]:
 
 
 def summary_document(result: ExperimentResult, comparisons: ReportComparisons) -> dict[str, Any]:
-    """summary.json (`kaliper.summary/v1`, modelled by kaliper.results.summary.SummaryDoc)."""
+    """summary.json (`kaliper.summary/v2`, modelled by kaliper.results.summary.SummaryDoc)."""
     exp = result.experiment
     runs = [r for _t, r in result.all_runs()]
     verdicts = comparisons.baseline_verdicts()

@@ -10,16 +10,30 @@ nanoseconds, `derived`) is dropped.
 
 from __future__ import annotations
 
+import base64
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 import orjson
+from pydantic import TypeAdapter
 
 from kaliper.jobs.kubeflow import replica_name
 from kaliper.results.documents import FailureInfo, LaunchDoc
 from kaliper.results.record import Hardware, ResultRecord, Stack, WorkloadInfo
+
+_WHEN = TypeAdapter(datetime)  # the records' own parsing: compact entries give the very same datetimes
+
+
+def _number(value: float | None) -> float | str | None:
+    """A float as JSON: finite ones as numbers (orjson round-trips them exactly), others as text."""
+    return value if value is None or math.isfinite(value) else repr(value)
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,4 +156,107 @@ class Interner:
             executor=self.string(doc.executor) or "",
             phases=dict(doc.phases),
             failure=doc.failure,
+        )
+
+    # Compact entries (kaliper.results.compact): a view as plain JSON and back, the same view either way.
+
+    def record_entry(self, view: RecordView, stack: str, hardware: str) -> dict[str, Any]:
+        """A record view as JSON; its stack and hardware by the references the samples file keeps."""
+        metrics = {
+            name: [
+                m.unit,
+                m.direction,
+                m.formula,
+                base64.b64encode(m.raw).decode(),
+                _number(m.median),
+                _number(m.ci_low),
+                _number(m.ci_high),
+                _number(m.ci_level),
+            ]
+            for name, m in view.metrics.items()
+        }
+        w = view.workload
+        return {
+            "ids": [view.experiment, view.trial, view.repetition, view.replica_type, view.replica_index],
+            "status": view.status,
+            "error": view.error,
+            "recorded_by": view.recorded_by,
+            "workload": [w.name, w.framework, w.framework_version, w.version],
+            "params": view.params,
+            "started": view.started.isoformat(),
+            "finished": view.finished.isoformat(),
+            "converged": view.converged,
+            "n_samples": view.n_samples,
+            "metrics": metrics,
+            "stack": stack,
+            "hardware": hardware,
+        }
+
+    def record_of_entry(self, entry: dict[str, Any], stack: Stack, hardware: Hardware) -> RecordView:
+        """The view `record_entry` was made from (KeyError, TypeError, ValueError: not such an entry)."""
+        experiment, trial, repetition, replica_type, replica_index = entry["ids"]
+        name, framework, framework_version, version = entry["workload"]
+        key = (name, framework, framework_version, version)
+        workload = self._workloads.get(key)
+        if workload is None:
+            workload = self.workload(
+                WorkloadInfo(
+                    name=name, framework=framework, framework_version=framework_version, version=version
+                )
+            )
+        metrics = {
+            metric: MetricView(
+                unit=self.string(unit) or "",
+                direction=self.string(direction) or "",
+                formula=self.string(formula),
+                raw=base64.b64decode(raw, validate=True),
+                median=float(median),
+                ci_low=_float(ci_low),
+                ci_high=_float(ci_high),
+                ci_level=float(ci_level),
+            )
+            for metric, (unit, direction, formula, raw, median, ci_low, ci_high, ci_level) in entry[
+                "metrics"
+            ].items()
+        }
+        return RecordView(
+            experiment=str(experiment),
+            trial=str(trial),
+            repetition=int(repetition),
+            replica_type=self.string(replica_type) or "",
+            replica_index=int(replica_index),
+            status=self.string(entry["status"]) or "",
+            error=entry["error"],
+            recorded_by=self.string(entry["recorded_by"]) or "",
+            workload=workload,
+            params=self.params(entry["params"]),
+            started=_WHEN.validate_python(entry["started"]),
+            finished=_WHEN.validate_python(entry["finished"]),
+            converged=entry["converged"],
+            n_samples=int(entry["n_samples"]),
+            metrics=metrics,
+            stack=stack,
+            hardware=hardware,
+        )
+
+    @staticmethod
+    def launch_entry(view: LaunchView) -> dict[str, Any]:
+        return {
+            "status": view.status,
+            "reason": view.reason,
+            "message": view.message,
+            "executor": view.executor,
+            "phases": {k: None if v is None else v.isoformat() for k, v in view.phases.items()},
+            "failure": None if view.failure is None else view.failure.model_dump(mode="json"),
+        }
+
+    def launch_of_entry(self, entry: dict[str, Any]) -> LaunchView:
+        failure = entry["failure"]
+        return LaunchView(
+            status=self.string(entry["status"]) or "",
+            reason=self.string(entry["reason"]) or "",
+            message=entry["message"],
+            executor=self.string(entry["executor"]) or "",
+            phases={k: None if v is None else _WHEN.validate_python(v) for k, v in entry["phases"].items()},
+            failure=None if failure is None else FailureInfo.model_validate(failure),
         )

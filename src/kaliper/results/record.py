@@ -20,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
@@ -150,11 +151,17 @@ class Stack(Model):
     framework_build: dict[str, Any] = Field(default_factory=dict)
     threads: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
+    _redacted: bool = PrivateAttr(default=False)
 
     @model_validator(mode="after")
     def _without_credentials(self) -> Stack:
         """Secret-named variables dropped, every other string redacted (one environment lookup for the
-        whole stack: a stack has hundreds of packages)."""
+        whole stack: a stack has hundreds of packages). Once per instance: pydantic runs this validator
+        again whenever a record holding this (shared, already clean) instance is validated, and the
+        reporter shares one instance among the records of a stack (RecordLoader)."""
+        if self._redacted:
+            return self
+        self._redacted = True
         clean = redactor()
         self.env = {k: clean(v) for k, v in self.env.items() if not is_secret_name(k)}
         self.image = clean(self.image) if self.image else self.image

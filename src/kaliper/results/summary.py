@@ -1,4 +1,4 @@
-"""The report's summary.json (`kaliper.summary/v1`) as a model, for the readers of stored reports.
+"""The report's summary.json (`kaliper.summary/v2`) as a model, for the readers of stored reports.
 
 The reporter (kaliper.reporter.outputs) builds the document as plain dicts; `kaliper history` and other
 readers load it here, so a summary of another version, or one with unknown fields, is refused with the
@@ -7,20 +7,30 @@ would come back spelled differently), and parts whose shape belongs to other doc
 resources blocks, the comparisons section as `kaliper compare --json` writes it) stay free-form.
 Importing this module loads neither numpy nor scipy: `kaliper history` starts fast.
 
-The interference parts (`runs.contended`, each trial's and run's `interference`) are written only for
-experiments with environment documents; absent, they stay absent when a summary is dumped again.
+Versions: v2 holds per-trial statistics only; v1 (reports written before v2) also had a `runs` list
+per trial with every run's detail, which v2 moved to results.parquet and results.csv (and the run's own
+resources.json, launch.json, environment.json). Both load: a v1 summary keeps its `trials[].runs`, a v2
+one must not have it. Every reader here reads what both versions have.
+
+The interference parts (`runs.contended`, each trial's `interference`, and in v1 each run's) are
+written only for experiments with environment documents; absent, they stay absent when a summary is
+dumped again.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar, Final, Literal
 
+import orjson
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from kaliper.analysis.terms import Direction, Verdict
+from kaliper.errors import SchemaVersionError
 from kaliper.results.documents import Document, StackRef, load_versioned
 
-SUMMARY_SCHEMA: Final = "kaliper.summary/v1"
+SUMMARY_SCHEMA: Final = "kaliper.summary/v2"
+SUMMARY_SCHEMA_V1: Final = "kaliper.summary/v1"
+SUMMARY_SCHEMAS: Final = (SUMMARY_SCHEMA_V1, SUMMARY_SCHEMA)
 
 RunStatus = Literal["ok", "not_converged", "failed", "timeout", "missing"]
 TrialStatus = Literal["ok", "partial", "failed", "missing"]
@@ -161,6 +171,8 @@ class TrialInterference(Document):
 
 
 class RunSummary(_OptionalKeys):
+    """One run of a trial, in `kaliper.summary/v1` only (v2: results.parquet and results.csv)."""
+
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"interference"})
     repetition: int
     status: RunStatus
@@ -175,7 +187,7 @@ class RunSummary(_OptionalKeys):
 
 
 class TrialSummary(_OptionalKeys):
-    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"interference"})
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"interference", "runs"})
     trial: str
     params: dict[str, Any]
     matrix_point: dict[str, Any]
@@ -188,7 +200,7 @@ class TrialSummary(_OptionalKeys):
     status: TrialStatus
     repetitions: RepetitionCounts
     metrics: dict[str, TrialMetricSummary]
-    runs: list[RunSummary]
+    runs: list[RunSummary] | None = Field(None, description="v1 only: every run's detail")
     interference: TrialInterference | None = None
 
 
@@ -205,7 +217,7 @@ class Provenance(Document):
 class SummaryDoc(Document):
     """One experiment's report: its trials, runs and metrics, and the comparisons made."""
 
-    schema_: Literal["kaliper.summary/v1"] = Field(SUMMARY_SCHEMA, alias="schema")
+    schema_: Literal["kaliper.summary/v1", "kaliper.summary/v2"] = Field(SUMMARY_SCHEMA, alias="schema")
     experiment: str
     spec_name: str
     created: str = Field(description="ISO 8601, as the experiment document has it")
@@ -221,5 +233,26 @@ class SummaryDoc(Document):
 
 
 def load_summary(data: bytes | str | dict[str, Any], source: str) -> SummaryDoc:
-    """A stored summary.json; another schema version or an unknown field is refused naming `source`."""
-    return load_versioned(SummaryDoc, SUMMARY_SCHEMA, data, source)
+    """A stored summary.json (v1 or v2); another schema version or an unknown field is refused naming
+    `source`, and so is a v2 summary with v1's per-run detail."""
+    document: Any = data
+    if not isinstance(data, dict):
+        try:
+            document = orjson.loads(data)
+        except ValueError:
+            return load_versioned(SummaryDoc, SUMMARY_SCHEMA, data, source)  # refused, naming `source`
+    found = document.get("schema") if isinstance(document, dict) else None
+    if isinstance(found, str) and found.startswith("kaliper.summary/") and found not in SUMMARY_SCHEMAS:
+        raise SchemaVersionError(
+            f"{source}: unsupported schema {found!r} (this Kaliper reads {' and '.join(SUMMARY_SCHEMAS)}); "
+            "it was written by a different Kaliper version; read it with that version or upgrade Kaliper"
+        )
+    schema = found if found in SUMMARY_SCHEMAS else SUMMARY_SCHEMA
+    summary = load_versioned(
+        SummaryDoc, str(schema), document if isinstance(document, dict) else data, source
+    )
+    if summary.schema_ == SUMMARY_SCHEMA and any(t.runs is not None for t in summary.trials):
+        raise SchemaVersionError(
+            f"{source}: a {SUMMARY_SCHEMA} summary has no trials[].runs (that is {SUMMARY_SCHEMA_V1}'s)"
+        )
+    return summary

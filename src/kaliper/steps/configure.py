@@ -19,6 +19,7 @@ from kaliper.configurator import configure, write_plan
 from kaliper.configurator.experiment import experiment_id_for_workflow
 from kaliper.errors import InputError
 from kaliper.spec import LoadedSpec, spec_from_text
+from kaliper.steps.chunks import write_chunks
 from kaliper.steps.templates import materialized, parse_bundle
 from kaliper.storage import open_storage
 
@@ -29,6 +30,7 @@ SPEC_SOURCE = "spec (workflow parameter)"
 class Configured:
     experiment: str
     runs: list[dict[str, Any]]
+    chunks: list[dict[str, Any]] | None = None  # the fan-out list when the runs were stored in chunks
 
 
 def parse_created(value: str) -> datetime:
@@ -80,6 +82,7 @@ def configure_step(
     runs_out: Path,
     experiment_out: Path,
     templates: str | None = None,
+    chunk_size: int | None = None,
 ) -> Configured:
     """Write the experiment into storage; write the fan-out list and the experiment id for the workflow.
 
@@ -90,21 +93,26 @@ def configure_step(
     runner, so a sweep cut short still has a run of every trial.
 
     `templates`: the spec's custom template and its imports (the workflow's `templates` parameter).
+
+    `chunk_size` (a large sweep's chunked shape, kaliper.steps.chunks): the runs go into storage in chunks
+    of that many, and the fan-out list written to `runs_out` is the chunks', `[{chunk, sha256}]`.
     """
     created = parse_created(workflow_created)
     with step_spec(spec_text, templates) as loaded:
         experiment = experiment_id_for_workflow(loaded.spec.name, workflow_name, created)
         plan = configure(loaded, experiment, storage_url, now=created)
-    write_plan(plan, open_storage(storage_url))
+    storage = open_storage(storage_url)
+    write_plan(plan, storage)
     runs = [
         {"trial": trial.doc.id, "repetition": rep, "sha256": trial.job_sha256}
         for rep in range(plan.experiment.repetitions)
         for trial in plan.trials
     ]
+    chunks = None if chunk_size is None else write_chunks(storage, experiment, runs, chunk_size)
     for path, text in (
-        (runs_out, json.dumps(runs, separators=(",", ":"))),
+        (runs_out, json.dumps(runs if chunks is None else chunks, separators=(",", ":"))),
         (experiment_out, experiment),
     ):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    return Configured(experiment=experiment, runs=runs)
+    return Configured(experiment=experiment, runs=runs, chunks=chunks)

@@ -27,6 +27,7 @@ from kaliper.configurator import read_experiment, read_job, read_trial
 from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
 from kaliper.errors import ExecutionError, InputError
 from kaliper.jobs.kubeflow import CONTAINER_NAME
+from kaliper.reporter.trial_samples import write_trial_samples
 from kaliper.results.documents import LAUNCH_SCHEMA, FailureInfo, LaunchDoc, load_versioned, to_document
 from kaliper.results.protocol import store_stand_ins
 from kaliper.steps.jobobject import ownership_problem, plural_of, prepare_job, resolve_namespace
@@ -129,6 +130,7 @@ def launch_run(
     else:
         store_log_records(storage, doc, trial_doc, exp, LogReader(api, namespace, watched.pods))
     storage.put_json(key, to_document(doc))
+    write_trial_samples(storage, experiment, trial)  # after the trial's last run: what the report reads
     return doc
 
 

@@ -18,6 +18,7 @@ class FileStorage(Storage):
     """
 
     cheap_listing = True
+    concurrent_puts = True  # put() may run in several threads at once (write_plan does)
 
     def __init__(self, root: Path, url: str) -> None:
         self.root = root

@@ -19,6 +19,14 @@ def experiment_key(experiment: str) -> str:
     return f"{experiment_prefix(experiment)}/experiment.json"
 
 
+CHUNKS_FOLDER = "chunks"
+
+
+def chunk_key(experiment: str, chunk: int) -> str:
+    """One chunk of a large cluster sweep's runs (kaliper.steps.chunks): what one launch-chunk step runs."""
+    return f"{experiment_prefix(experiment)}/{CHUNKS_FOLDER}/{chunk}.json"
+
+
 def trial_prefix(experiment: str, trial: str) -> str:
     return f"{experiment_prefix(experiment)}/trials/{trial}"
 
@@ -65,6 +73,15 @@ def attempt_prefix(experiment: str, trial: str, repetition: int, attempt: int) -
     the attempt stored (records, launch.json, resources.json, environment.json, logs/) under the same
     relative key. The run itself (`runs/<repetition>/`) is always its last attempt."""
     return f"{attempts_prefix(experiment, trial, repetition)}/{attempt}"
+
+
+SAMPLES_FOLDER = "samples"
+
+
+def samples_key(experiment: str, trial: str, name: str) -> str:
+    """A trial's compact samples file (kaliper.results.compact): derived from its runs' documents, named
+    by what it covers (`<count>-<digest>.json`), so it is written once per content and never replaced."""
+    return f"{trial_prefix(experiment, trial)}/{SAMPLES_FOLDER}/{name}"
 
 
 def log_key(experiment: str, trial: str, repetition: int, replica: str, stream: str) -> str:

@@ -4,6 +4,10 @@ Shape: `configure` → fan-out over its list of runs (`withParam`, `parallelism`
 each run (creates the TFJob/PyTorchJob and waits on its conditions) → `report` as the exit handler, so a
 report is written even when runs fail. The trial list is made at run time by the configure step and is
 never inlined, so a 1,000-trial sweep compiles to the same few kilobytes as a one-trial spec.
+
+A sweep of more than CHUNK_THRESHOLD runs compiles to the chunked shape (kaliper.workflows.chunking):
+configure stores the runs in chunks and outputs `chunks`, and the fan-out makes one `launch-chunk` node
+per chunk, so the Workflow's nodes and parameters stay within Argo's limits at 30,000 runs.
 """
 
 from __future__ import annotations
@@ -12,12 +16,14 @@ from typing import Any, Literal
 
 from kaliper import __version__
 from kaliper.workflows.plan import (
+    CHUNKS_OUTPUT,
     EXPERIMENT_OUTPUT,
     RUNS_OUTPUT,
     STEP_RESOURCES,
     ClusterPlan,
     configure_argv,
     launch_argv,
+    launch_chunk_argv,
     report_argv,
 )
 
@@ -118,13 +124,16 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
 
     kwargs = _container_kwargs(plan)
     ph = plan.argo
+    # The fan-out list: the runs, or (chunked shape) the chunks, each {chunk, sha256}.
+    fan_out, fan_out_path = ("runs", RUNS_OUTPUT) if plan.chunking is None else ("chunks", CHUNKS_OUTPUT)
+    configure_cmd = configure_argv(ph, runs_out=fan_out_path, chunk_size=plan.chunk_size)
     with builder:
         configure = Container(
             name="configure",
-            command=configure_argv(ph)[:1],
-            args=configure_argv(ph)[1:],
+            command=configure_cmd[:1],
+            args=configure_cmd[1:],
             outputs=[
-                Parameter(name="runs", value_from=m.ValueFrom(path=RUNS_OUTPUT)),
+                Parameter(name=fan_out, value_from=m.ValueFrom(path=fan_out_path)),
                 Parameter(name="experiment", value_from=m.ValueFrom(path=EXPERIMENT_OUTPUT)),
             ],
             # Idempotent: the experiment id comes from the workflow, and rewriting identical objects is a no-op.
@@ -132,31 +141,7 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
             env=_env(plan, "configure"),
             **kwargs,
         )
-        launch_cmd = launch_argv(
-            plan,
-            ph,
-            "{{inputs.parameters.experiment}}",
-            "{{inputs.parameters.trial}}",
-            "{{inputs.parameters.repetition}}",
-            "{{inputs.parameters.sha256}}",
-        )
-        launch = Container(
-            name="launch",
-            command=launch_cmd[:1],
-            args=launch_cmd[1:],
-            inputs=[
-                Parameter(name="experiment"),
-                Parameter(name="trial"),
-                Parameter(name="repetition"),
-                Parameter(name="sha256"),
-            ],
-            timeout=plan.launch_template_timeout,
-            # Only pod-level errors (eviction, node loss) are retried: the job's name is deterministic, so
-            # a retried launch finds its job and goes on waiting. A failed benchmark is never rerun.
-            retry_strategy=_retry(3, "OnError"),
-            env=_env(plan, "launch"),
-            **kwargs,
-        )
+        launch, items = _launch(plan, kwargs) if plan.chunking is None else _launch_chunk(plan, kwargs)
         report_cmd = report_argv(ph)
         Container(
             name="report",
@@ -167,19 +152,74 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
             **kwargs,
         )
         # One failed run must not stop the others: failFast off on the parallelism-bounded fan-out.
-        with Steps(name="main", parallelism=plan.parallelism, fail_fast=False):
+        with Steps(name="main", parallelism=plan.fan_out_parallelism, fail_fast=False):
             configure(name="configure")
             launch(
-                name="launch",
-                with_param="{{steps.configure.outputs.parameters.runs}}",
-                arguments={
-                    "experiment": "{{steps.configure.outputs.parameters.experiment}}",
-                    "trial": "{{item.trial}}",
-                    "repetition": "{{item.repetition}}",
-                    "sha256": "{{item.sha256}}",
-                },
+                name=launch.name,
+                with_param=f"{{{{steps.configure.outputs.parameters.{fan_out}}}}}",
+                arguments={"experiment": "{{steps.configure.outputs.parameters.experiment}}", **items},
             )
     return builder
+
+
+def _launch(plan: ClusterPlan, kwargs: dict[str, Any]) -> tuple[Any, dict[str, str]]:
+    """The per-run shape's `launch` template, and the step arguments taken from a run item."""
+    from hera.workflows import Container, Parameter
+
+    launch_cmd = launch_argv(
+        plan,
+        plan.argo,
+        "{{inputs.parameters.experiment}}",
+        "{{inputs.parameters.trial}}",
+        "{{inputs.parameters.repetition}}",
+        "{{inputs.parameters.sha256}}",
+    )
+    launch = Container(
+        name="launch",
+        command=launch_cmd[:1],
+        args=launch_cmd[1:],
+        inputs=[
+            Parameter(name="experiment"),
+            Parameter(name="trial"),
+            Parameter(name="repetition"),
+            Parameter(name="sha256"),
+        ],
+        timeout=plan.launch_template_timeout,
+        # Only pod-level errors (eviction, node loss) are retried: the job's name is deterministic, so
+        # a retried launch finds its job and goes on waiting. A failed benchmark is never rerun.
+        retry_strategy=_retry(3, "OnError"),
+        env=_env(plan, "launch"),
+        **kwargs,
+    )
+    items = {"trial": "{{item.trial}}", "repetition": "{{item.repetition}}", "sha256": "{{item.sha256}}"}
+    return launch, items
+
+
+def _launch_chunk(plan: ClusterPlan, kwargs: dict[str, Any]) -> tuple[Any, dict[str, str]]:
+    """The chunked shape's `launch-chunk` template (a chunk's runs, `chunking.concurrency` at once), and
+    the step arguments taken from a chunk item. Its timeout covers the chunk's runs one wave after another."""
+    from hera.workflows import Container, Parameter
+
+    launch_cmd = launch_chunk_argv(
+        plan,
+        plan.argo,
+        "{{inputs.parameters.experiment}}",
+        "{{inputs.parameters.chunk}}",
+        "{{inputs.parameters.sha256}}",
+    )
+    launch = Container(
+        name="launch-chunk",
+        command=launch_cmd[:1],
+        args=launch_cmd[1:],
+        inputs=[Parameter(name="experiment"), Parameter(name="chunk"), Parameter(name="sha256")],
+        timeout=f"{plan.chunk_deadline_s}s",
+        # As `launch`: pod-level errors only. A retried chunk skips its runs with a launch.json and adopts
+        # the jobs of the runs it was waiting for.
+        retry_strategy=_retry(3, "OnError"),
+        env=_env(plan, "launch"),
+        **kwargs,
+    )
+    return launch, {"chunk": "{{item.chunk}}", "sha256": "{{item.sha256}}"}
 
 
 def workflow_document(plan: ClusterPlan, kind: Kind) -> dict[str, Any]:

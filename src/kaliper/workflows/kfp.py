@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
+from kaliper.workflows.kfp_chunks import launch_chunks
 from kaliper.workflows.plan import (
     STEP_RESOURCES,
     ClusterPlan,
@@ -81,7 +82,7 @@ def _components(plan: ClusterPlan) -> tuple[Any, Any, Any]:
         experiment: dsl.OutputPath(str),  # type: ignore[valid-type]
     ) -> dsl.ContainerSpec:
         ph = _placeholders(spec, storage, workflow_name, workflow_created)
-        return _container(plan.image, configure_argv(ph, runs_out=runs, experiment_out=experiment))
+        return _container(plan.image, configure_argv(ph, runs, experiment, plan.chunk_size))
 
     @dsl.container_component  # type: ignore[untyped-decorator]
     def launch(
@@ -113,7 +114,7 @@ def _template_components(plan: ClusterPlan) -> tuple[Any, Any, Any]:
         experiment: dsl.OutputPath(str),  # type: ignore[valid-type]
     ) -> dsl.ContainerSpec:
         ph = _placeholders(spec, storage, workflow_name, workflow_created, templates)
-        return _container(plan.image, configure_argv(ph, runs_out=runs, experiment_out=experiment))
+        return _container(plan.image, configure_argv(ph, runs, experiment, plan.chunk_size))
 
     @dsl.container_component  # type: ignore[untyped-decorator]
     def launch(
@@ -204,6 +205,10 @@ def _pipeline(plan: ClusterPlan) -> Any:
         exit_task = _pod(plan, report(**inputs, **run), "report", retries=2)
         with dsl.ExitHandler(exit_task=exit_task, name="runs"):
             cfg = _pod(plan, configure(**inputs, **run), "configure", retries=2)
+            if plan.chunking is not None:  # a large sweep: a task per chunk of runs
+                fan_out = (cfg.outputs[RUNS], cfg.outputs[EXPERIMENT], WORKFLOW_NAME)
+                launch_chunks(plan, inputs, *fan_out, pod=_pod)
+                return
             with dsl.ParallelFor(items=cfg.outputs[RUNS], parallelism=plan.parallelism, name="run") as item:
                 # No retry: KFP retries on any failure (it has no Argo-like OnError policy), so a failed or
                 # timed-out benchmark would be waited on again, a timed-out one for another full timeout.

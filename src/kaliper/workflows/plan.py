@@ -15,10 +15,12 @@ from kaliper.errors import SpecError
 from kaliper.spec import LoadedSpec
 from kaliper.spec.services import S3Spec
 from kaliper.storage import file_path
+from kaliper.workflows.chunking import CHUNK_THRESHOLD, Chunking, chunking_for, run_count
 
 # Where the configure step writes its outputs inside its pod (an emptyDir-free path every image has).
 OUTPUT_DIR: Final = "/tmp/kaliper"
 RUNS_OUTPUT: Final = f"{OUTPUT_DIR}/runs.json"
+CHUNKS_OUTPUT: Final = f"{OUTPUT_DIR}/chunks.json"  # the chunked shape's fan-out list
 EXPERIMENT_OUTPUT: Final = f"{OUTPUT_DIR}/experiment"
 # Where file:// storage lives inside a cluster unless the spec says otherwise: a PVC mounted there.
 CLUSTER_STORAGE_DEFAULT: Final = "file:///kaliper-results"
@@ -77,6 +79,7 @@ class ClusterPlan:
     s3: S3Spec
     prometheus: str | None
     templates: str | None = None  # workload.template and its imports as JSON (kaliper.steps.templates)
+    chunking: Chunking | None = None  # the chunked shape of a large sweep (kaliper.workflows.chunking)
 
     @property
     def argo(self) -> Placeholders:
@@ -92,6 +95,23 @@ class ClusterPlan:
     def launch_template_timeout(self) -> str:
         """Argo `timeout` of the launch step."""
         return f"{self.launch_deadline_s}s"
+
+    @property
+    def chunk_size(self) -> int | None:
+        """Runs per chunk in the chunked shape (the configure step's --chunk-size); None per run."""
+        return self.chunking.size if self.chunking is not None else None
+
+    @property
+    def fan_out_parallelism(self) -> int:
+        """Fan-out nodes at once: runs per run, chunk pods in the chunked shape (each running
+        `chunking.concurrency` runs at once), so that runs at once stay within `parallelism`."""
+        return self.chunking.parallelism if self.chunking is not None else self.parallelism
+
+    @property
+    def chunk_deadline_s(self) -> int:
+        """Deadline of a launch-chunk pod: its runs one wave after another, each a launch step's deadline."""
+        waves = self.chunking.waves if self.chunking is not None else 1
+        return waves * self.launch_deadline_s
 
     def step_env(self, step: str) -> list[EnvVar]:
         """Env of a step's container (Kubernetes EnvVars): the S3 settings when the storage is s3://
@@ -122,7 +142,8 @@ def check_cluster_stacks(loaded: LoadedSpec) -> None:
             )
 
 
-def cluster_plan(loaded: LoadedSpec) -> ClusterPlan:
+def cluster_plan(loaded: LoadedSpec, chunk_threshold: int = CHUNK_THRESHOLD) -> ClusterPlan:
+    """`chunk_threshold`: most runs (trials × repetitions) fanned out one node each; above, in chunks."""
     spec = loaded.spec
     if len(loaded.text.encode()) > MAX_SPEC_ARG_BYTES:
         raise SpecError(
@@ -155,6 +176,7 @@ def cluster_plan(loaded: LoadedSpec) -> ClusterPlan:
         s3=spec.s3,
         prometheus=spec.monitoring.prometheus,
         templates=templates,
+        chunking=chunking_for(run_count(spec), spec.workflow.parallelism, threshold=chunk_threshold),
     )
 
 
@@ -202,9 +224,14 @@ def _spec_and_workflow(ph: Placeholders) -> list[Any]:
 
 
 def configure_argv(
-    ph: Placeholders, runs_out: Any = RUNS_OUTPUT, experiment_out: Any = EXPERIMENT_OUTPUT
+    ph: Placeholders,
+    runs_out: Any = RUNS_OUTPUT,
+    experiment_out: Any = EXPERIMENT_OUTPUT,
+    chunk_size: int | None = None,
 ) -> list[Any]:
-    """The configure step; KFP passes its own output-file placeholders for the two outputs."""
+    """The configure step; KFP passes its own output-file placeholders for the two outputs. With
+    `chunk_size` (the chunked shape) it stores the runs in chunks and `runs_out` gets the chunk list."""
+    chunked = ["--chunk-size", str(chunk_size)] if chunk_size is not None else []
     return [
         "kaliper",
         "step",
@@ -214,6 +241,7 @@ def configure_argv(
         runs_out,
         "--experiment-out",
         experiment_out,
+        *chunked,
     ]
 
 
@@ -222,10 +250,29 @@ def launch_argv(
 ) -> list[str]:
     """The launch step: it checks job.yaml against the sha256 from the configure step's runs list and
     against the workflow's spec (not the copy in storage, which benchmark pods can rewrite)."""
+    run = ["--trial", trial, "--repetition", repetition, "--job-sha256", sha256]
+    return _launch_argv(plan, ph, "launch", experiment, run)
+
+
+def launch_chunk_argv(
+    plan: ClusterPlan, ph: Placeholders, experiment: str, chunk: str, sha256: str
+) -> list[str]:
+    """The chunked shape's launch step: the runs of chunk `chunk`, read from storage and trusted by the
+    chunk's sha256 from the configure step's chunk list, `chunking.concurrency` at once."""
+    if plan.chunking is None:
+        raise ValueError("launch-chunk is for the chunked shape; this plan fans out per run")
+    concurrency = str(plan.chunking.concurrency)
+    selection = ["--chunk", chunk, "--chunk-sha256", sha256, "--concurrency", concurrency]
+    return _launch_argv(plan, ph, "launch-chunk", experiment, selection)
+
+
+def _launch_argv(
+    plan: ClusterPlan, ph: Placeholders, command: str, experiment: str, selection: list[str]
+) -> list[str]:
     argv = [
         "kaliper",
         "step",
-        "launch",
+        command,
         "--spec-text",
         ph.spec,
         *_templates(ph),
@@ -233,12 +280,7 @@ def launch_argv(
         ph.storage,
         "--experiment",
         experiment,
-        "--trial",
-        trial,
-        "--repetition",
-        repetition,
-        "--job-sha256",
-        sha256,
+        *selection,
         "--workflow-name",
         ph.workflow_name,
         "--timeout",

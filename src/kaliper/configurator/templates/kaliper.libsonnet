@@ -12,11 +12,26 @@
 //             a built-in workload), rules the extraction rules as JSON (kaliper.workloads.rules)
 //   params:   the workload's parameters (defaults included)
 //   sampling: {warmup, target_rel_ci, min_samples, max_samples, max_time_s, confidence}
+// Kaliper's template worker provides the native function `kaliper.arg`: `pureArg` of a number, the same
+// text computed in Python (kaliper/configurator/jsonnet_worker.py; std.format is most of a big sweep's
+// rendering time). Where it is absent (the `jsonnet` CLI) `pureArg` itself is used. File-level locals are
+// evaluated once per import, and std.primitiveEquals is a builtin where `==` is a jsonnet function.
+local nativeArg = std.native('kaliper.arg');
+local hasNative = std.primitiveEquals(std.type(nativeArg), 'function');
+// `x == null`, the same for every x without calling std.equals
+local isNull(x) = std.primitiveEquals(std.type(x), 'null');
+
 {
   // A parameter as command-line text that reads back as the same value: integers without a fraction;
   // other numbers in 15 significant digits when that round-trips (0.95, not 0.94999999999999996),
-  // else std.toString's 17 (always exact; std.format's %.17g is not).
+  // else std.toString's 17 (always exact; std.format's %.17g is not). The same text as `pureArg`.
   arg(x)::
+    local type = std.type(x);
+    if std.primitiveEquals(type, 'string') then x
+    else if hasNative && std.primitiveEquals(type, 'number') then nativeArg(x)
+    else $.pureArg(x),
+
+  pureArg(x)::
     if std.isNumber(x) && x == std.floor(x) && std.abs(x) < 1e15 then std.toString(x)
     else if std.isNumber(x) && std.abs(x) < 1e300 then
       local short = std.format('%.15g', x);
@@ -54,7 +69,7 @@
   // any image; the launch step reads the figures from the pod logs afterwards).
   commandLine(workload, params, sampling)::
     local own = std.get(workload, 'command', null);
-    if own == null then { command: ['kaliper'], args: $.workloadArgs(workload, params, sampling) }
+    if isNull(own) then { command: ['kaliper'], args: $.workloadArgs(workload, params, sampling) }
     else if std.get(workload, 'wrap', true) then { command: ['kaliper'], args: $.execArgs(workload, params, sampling) }
     else { command: own },
 
@@ -72,7 +87,7 @@
     std.max(1, std.floor(if milli then n / 1000 else n)),
 
   threadsEnv(job)::
-    if job.resources.cpu == null then []
+    if isNull(job.resources.cpu) then []
     else [{ name: 'OMP_NUM_THREADS', value: std.toString($.cpuThreads(job.resources.cpu)) }],
 
   env(run, job):: [
@@ -88,17 +103,17 @@
   // Requests = limits: Guaranteed QoS, no CFS-throttling artefacts from a limit above the request.
   resources(job)::
     local r = job.resources;
-    local amounts = (if r.cpu != null then { cpu: r.cpu } else {})
-                    + (if r.memory != null then { memory: r.memory } else {})
+    local amounts = (if !isNull(r.cpu) then { cpu: r.cpu } else {})
+                    + (if !isNull(r.memory) then { memory: r.memory } else {})
                     + (if r.gpu > 0 then { 'nvidia.com/gpu': r.gpu } else {});
-    if std.length(amounts) == 0 then {} else { requests: amounts, limits: amounts },
+    if std.primitiveEquals(std.length(amounts), 0) then {} else { requests: amounts, limits: amounts },
 
   labels(run):: run.labels,
 
   metadata(run):: {
     name: run.name,
     labels: $.labels(run),
-  } + (if run.namespace != null then { namespace: run.namespace } else {}),
+  } + (if !isNull(run.namespace) then { namespace: run.namespace } else {}),
 
   // The benchmark runs as the images' non-root user (uid/gid 1000, as the step pods' image does), cannot
   // gain privileges, holds no capabilities and gets the runtime's default seccomp filter. The root
@@ -127,7 +142,7 @@
     metadata: { labels: $.labels(run) },
     spec: {
       containers: [container],
-    } + (if job.service_account != null then { serviceAccountName: job.service_account } else {})
+    } + (if !isNull(job.service_account) then { serviceAccountName: job.service_account } else {})
       + (if std.length(job.node_selector) > 0 then { nodeSelector: job.node_selector } else {})
       + (if std.length(job.tolerations) > 0 then { tolerations: job.tolerations } else {}),
   },

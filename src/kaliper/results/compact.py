@@ -1,0 +1,311 @@
+"""A trial's compact samples file (`kaliper.samples/v1`): its runs' documents, reduced, in one object.
+
+The reporter reads every run's launch.json, resources.json, environment.json and result records; at
+100,000 records most of its time goes into reading and validating them (each record carries its whole
+stack). This file keeps what the reporter keeps of each of those documents (kaliper.reporter.views: the
+per-sample values, summaries, ids, status, timestamps; stacks and hardware once per file), so a rerun, a
+baseline comparison or `kaliper compare` reads one small object per trial instead.
+
+The documents stay the source of truth:
+
+- Every entry is keyed by the document's storage key (relative to the trial) and carries that
+  document's size and sha256. Stored documents are written once and never rewritten (kaliper.storage:
+  a differing rewrite is ObjectExistsError; only report files may be replaced), so a key that is
+  listed now has the bytes the entry was derived from. An entry whose key is not listed now is ignored;
+  a listed document without an entry is read from storage (and the file is then written again).
+- The file's name says what it covers: `<count>-<digest>.json`, the digest a sha256 over the schema and
+  the sorted keys of the documents it was derived from. Its content follows from those documents, so it
+  is written once per content (`put`: identical bytes are a no-op) and never replaced; when documents
+  are added (a late run, a resources.json the reporter stores) the next load writes a file of the new
+  name beside the old one. Readers look for the name of what is listed now, else take the file covering
+  the most documents and use only its entries for documents still listed.
+- A file of another schema version, or one that cannot be read, is ignored: the documents are read.
+- A document the file covers that is listed again with different content cannot happen under the
+  storage rules; `verify_samples` checks a file against the documents (sizes and sha256) for audits.
+
+Written by `write_trial_samples` at the end of a trial's last run (local runner, cluster launch step),
+and by the reporter's first load of a trial that has no file for its current documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from kaliper.errors import KaliperError, SchemaVersionError
+from kaliper.results.documents import (
+    LAUNCH_SCHEMA,
+    RESOURCES_SCHEMA,
+    LaunchDoc,
+    ResourcesDoc,
+    load_versioned,
+)
+from kaliper.results.environment import ENVIRONMENT_SCHEMA, EnvironmentDoc
+from kaliper.results.record import Hardware, Stack
+from kaliper.results.resources import block_of
+from kaliper.storage import Storage, layout
+from kaliper.storage.readahead import ReadAhead
+
+if TYPE_CHECKING:  # the reporter imports this module: no import of it at run time
+    from kaliper.reporter.views import Interner, LaunchView, RecordView
+    from kaliper.results.record import RecordLoader
+
+SAMPLES_SCHEMA: Final = "kaliper.samples/v1"
+log = logging.getLogger(__name__)
+
+
+def document_keys(experiment: str, trial: str, repetitions: int, run_keys: dict[int, set[str]]) -> list[str]:
+    """The documents the reporter reads of a trial's runs: every `.json` directly in runs/<repetition>/
+    (launch, resources, environment, records), repetitions 0..repetitions-1, as full keys, sorted."""
+    keys = []
+    for rep in range(repetitions):
+        prefix = layout.run_prefix(experiment, trial, rep) + "/"
+        keys += [k for k in run_keys.get(rep, ()) if k.endswith(".json") and "/" not in k[len(prefix) :]]
+    return sorted(keys)
+
+
+def samples_name(relative_keys: list[str]) -> str:
+    """`<count>-<digest>.json` for a file derived from these documents (keys relative to the trial)."""
+    digest = hashlib.sha256("\n".join([SAMPLES_SCHEMA, *sorted(relative_keys)]).encode()).hexdigest()
+    return f"{len(relative_keys)}-{digest[:32]}.json"
+
+
+def load_samples(data: bytes, source: str) -> dict[str, Any]:
+    """A samples document; SchemaVersionError for another version or what is not one."""
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise SchemaVersionError(f"{source}: not a JSON document ({exc})") from None
+    found = document.get("schema") if isinstance(document, dict) else None
+    if found != SAMPLES_SCHEMA or not isinstance(document.get("entries"), dict):
+        raise SchemaVersionError(
+            f"{source}: unsupported schema {found!r} (this Kaliper reads {SAMPLES_SCHEMA}); "
+            "it is ignored and the documents it was derived from are read instead"
+        )
+    return dict(document)
+
+
+class SamplesCodec:
+    """What the samples files of one load share: each distinct stack and hardware block validated once
+    (by its sha256), and the digest of each one already seen (shared instances: RecordLoader)."""
+
+    def __init__(self) -> None:
+        self.stacks: dict[str, Stack] = {}
+        self.hardware: dict[str, Hardware] = {}
+        self._digests: dict[int, tuple[object, str, dict[str, Any]]] = {}  # id → (the object, digest, JSON)
+
+    def reference(self, block: Stack | Hardware) -> tuple[str, dict[str, Any]]:
+        known = self._digests.get(id(block))
+        if known is None:
+            document = block.model_dump(mode="json", by_alias=True)
+            digest = hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
+            known = self._digests[id(block)] = (block, digest, document)  # the object kept: its id stays
+        return known[1], known[2]
+
+    def stack(self, digest: str, document: dict[str, Any]) -> Stack:
+        found = self.stacks.get(digest)
+        if found is None:
+            found = self.stacks[digest] = Stack.model_validate(document)
+        return found
+
+    def hardware_of(self, digest: str, document: dict[str, Any]) -> Hardware:
+        found = self.hardware.get(digest)
+        if found is None:
+            found = self.hardware[digest] = Hardware.model_validate(document)
+        return found
+
+
+class TrialSamples:
+    """One trial's documents, served from its samples file where it has them, else read from storage
+    (the reporter's own loading, unchanged); `save` writes the file of what was served when needed."""
+
+    def __init__(
+        self,
+        experiment: str,
+        trial: str,
+        keys: list[str],
+        codec: SamplesCodec,
+        document: dict[str, Any] | None = None,
+        exact: bool = False,
+    ) -> None:
+        self.experiment, self.trial, self.codec, self.exact = experiment, trial, codec, exact
+        self.prefix = layout.trial_prefix(experiment, trial) + "/"
+        self.keys = keys  # the documents listed now
+        self._file: dict[str, Any] = document["entries"] if document else {}
+        self._stacks: dict[str, Any] = document.get("stacks", {}) if document else {}
+        self._hardware: dict[str, Any] = document.get("hardware", {}) if document else {}
+        self.entries: dict[str, Any] = {}  # what this load served, by relative key (the next file)
+        self.stacks: dict[str, Any] = {}
+        self.hardware_blocks: dict[str, Any] = {}
+        self.read = 0  # documents read from storage (not in the file)
+
+    def missing(self) -> list[str]:
+        """The listed documents the file does not have (to fetch ahead on an object store)."""
+        return [k for k in self.keys if k[len(self.prefix) :] not in self._file]
+
+    def _cached(self, key: str, kind: str) -> Any:
+        entry = self._file.get(key[len(self.prefix) :])
+        if isinstance(entry, dict) and entry.get("kind") == kind:
+            return entry
+        return None
+
+    def _keep(self, key: str, kind: str, value: Any, source: tuple[int, str] | None, old: Any) -> None:
+        relative = key[len(self.prefix) :]
+        self.entries[relative] = {"kind": kind, "source": old["source"] if old else source, "value": value}
+
+    def _read(self, storage: Storage, key: str) -> tuple[bytes, tuple[int, str]]:
+        data = storage.get(key)
+        self.read += 1
+        return data, (len(data), hashlib.sha256(data).hexdigest())
+
+    def launch(self, storage: Storage, key: str, interner: Interner) -> LaunchView:
+        entry = self._cached(key, "launch")
+        if entry is not None:
+            try:
+                view = interner.launch_of_entry(entry["value"])
+                self._keep(key, "launch", entry["value"], None, entry)
+                return view
+            except (KeyError, TypeError, ValueError, KaliperError):
+                pass  # not an entry this Kaliper made: the document itself
+        data, source = self._read(storage, key)
+        view = interner.launch(load_versioned(LaunchDoc, LAUNCH_SCHEMA, data, storage.location(key)))
+        self._keep(key, "launch", interner.launch_entry(view), source, None)
+        return view
+
+    def record(self, storage: Storage, key: str, loader: RecordLoader, interner: Interner) -> RecordView:
+        entry = self._cached(key, "record")
+        if entry is not None:
+            try:
+                value = entry["value"]
+                stack = self.codec.stack(value["stack"], self._stacks[value["stack"]])
+                hardware = self.codec.hardware_of(value["hardware"], self._hardware[value["hardware"]])
+                view = interner.record_of_entry(value, stack, hardware)
+                self.stacks[value["stack"]] = self._stacks[value["stack"]]
+                self.hardware_blocks[value["hardware"]] = self._hardware[value["hardware"]]
+                self._keep(key, "record", value, None, entry)
+                return view
+            except (KeyError, TypeError, ValueError, KaliperError):
+                pass
+        data, source = self._read(storage, key)
+        view = interner.record(loader.load(data, storage.location(key)))
+        stack_ref, stack_doc = self.codec.reference(view.stack)
+        hardware_ref, hardware_doc = self.codec.reference(view.hardware)
+        self.stacks[stack_ref], self.hardware_blocks[hardware_ref] = stack_doc, hardware_doc
+        self._keep(key, "record", interner.record_entry(view, stack_ref, hardware_ref), source, None)
+        return view
+
+    def resources(self, storage: Storage, key: str) -> dict[str, Any]:
+        entry = self._cached(key, "resources")
+        if entry is not None and isinstance(entry.get("value"), dict):
+            self._keep(key, "resources", entry["value"], None, entry)
+            return dict(entry["value"])
+        data, source = self._read(storage, key)
+        block = block_of(load_versioned(ResourcesDoc, RESOURCES_SCHEMA, data, storage.location(key)))
+        self._keep(key, "resources", block, source, None)
+        return dict(block)
+
+    def environment(self, storage: Storage, key: str) -> EnvironmentDoc:
+        entry = self._cached(key, "environment")
+        if entry is not None:
+            try:
+                doc = EnvironmentDoc.model_validate(entry["value"])
+                self._keep(key, "environment", entry["value"], None, entry)
+                return doc
+            except (KeyError, TypeError, ValueError):
+                pass
+        data, source = self._read(storage, key)
+        doc = load_versioned(EnvironmentDoc, ENVIRONMENT_SCHEMA, data, storage.location(key))
+        self._keep(key, "environment", doc.model_dump(mode="json", by_alias=True), source, None)
+        return doc
+
+    def save(self, storage: Storage) -> str | None:
+        """Write the file of the documents served, unless the one read was it; its key, or None.
+
+        Only a file covering every listed document is written (a load that failed part way writes none).
+        It is an optimisation: a storage that refuses it (read-only, down) costs the next load time only.
+        """
+        relative = sorted(self.entries)
+        if (
+            (self.exact and self.read == 0)
+            or not relative
+            or relative != sorted(k[len(self.prefix) :] for k in self.keys)
+        ):
+            return None
+        document = {
+            "schema": SAMPLES_SCHEMA,
+            "experiment": self.experiment,
+            "trial": self.trial,
+            "entries": {k: self.entries[k] for k in relative},
+            "stacks": dict(sorted(self.stacks.items())),
+            "hardware": dict(sorted(self.hardware_blocks.items())),
+        }
+        key = layout.samples_key(self.experiment, self.trial, samples_name(relative))
+        try:
+            storage.put(key, orjson.dumps(document) + b"\n")
+        except KaliperError as exc:
+            log.warning("samples file %s not written: %s", storage.location(key), exc)
+            return None
+        return key
+
+
+def _candidate(names: list[str], wanted: str) -> str | None:
+    """The exact file when listed, else the one covering the most documents (its entries that are still
+    listed are used)."""
+    if wanted in names:
+        return wanted
+    counted = [(int(n.split("-", 1)[0]), n) for n in names if n.split("-", 1)[0].isdigit()]
+    return max(counted)[1] if counted else None
+
+
+def open_samples(
+    storage: Storage,
+    experiment: str,
+    trials: dict[str, tuple[list[str], list[str]]],
+    codec: SamplesCodec,
+) -> dict[str, TrialSamples]:
+    """Each trial's samples (trial → (its listed documents, its listed samples files)), with the file
+    that best covers them read (concurrently on an object store)."""
+    chosen: dict[str, tuple[str, bool]] = {}
+    for trial, (keys, files) in trials.items():
+        prefix = layout.trial_prefix(experiment, trial) + "/"
+        wanted = samples_name([k[len(prefix) :] for k in keys])
+        names = [f.rsplit("/", 1)[-1] for f in files]
+        name = _candidate(names, wanted)
+        if name is not None:
+            chosen[trial] = (layout.samples_key(experiment, trial, name), name == wanted)
+    source = storage
+    if not storage.cheap_listing and len(chosen) > 1:
+        source = ReadAhead(storage, [key for key, _exact in chosen.values()])
+    out = {}
+    for trial, (keys, _files) in trials.items():
+        document, exact = None, False
+        if trial in chosen:
+            key, exact = chosen[trial]
+            try:
+                document = load_samples(source.get(key), storage.location(key))
+            except KaliperError as exc:
+                log.info("%s", exc)
+                exact = False
+        out[trial] = TrialSamples(experiment, trial, keys, codec, document, exact)
+    return out
+
+
+def verify_samples(storage: Storage, key: str) -> list[str]:
+    """The entries of a samples file whose document is gone or has other bytes (size, sha256): none
+    under the storage rules; for audits and tests."""
+    document = load_samples(storage.get(key), storage.location(key))
+    prefix = key.rsplit("/", 2)[0] + "/"
+    wrong = []
+    for relative, entry in document["entries"].items():
+        size, digest = entry["source"]
+        try:
+            data = storage.get(prefix + relative)
+        except KaliperError:
+            wrong.append(relative)
+            continue
+        if digest and (len(data) != size or hashlib.sha256(data).hexdigest() != digest):
+            wrong.append(relative)
+    return wrong

@@ -14,11 +14,11 @@ images stays readable; summary.json still gets every difference.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from kaliper.reporter.formatting import KEY_PACKAGES
+from kaliper.results.provenance import normalize_name
 from kaliper.results.record import Stack
 
 if TYPE_CHECKING:
@@ -28,7 +28,6 @@ Kind = Literal["package", "blas", "python", "env"]
 KINDS: tuple[Kind, ...] = ("package", "blas", "python", "env")
 LIMIT = 20  # lines per kind in report.md and report.html
 NOTHING = "the records show no difference in packages, BLAS, Python or env"
-FIRST_PACKAGES = KEY_PACKAGES  # what a benchmark is usually about: listed first
 _LIBRARY_KINDS = {"blas": "BLAS", "openmp": "OpenMP"}
 _KIND_WORDS = {"package": "packages", "blas": "libraries", "python": "", "env": "variables"}
 
@@ -68,13 +67,8 @@ class StackDifference:
         }
 
 
-def _canonical(name: str) -> str:
-    """PEP 503: `Foo_Bar` and `foo-bar` are one package."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _package_order(key: str) -> tuple[int, str]:
-    return (FIRST_PACKAGES.index(key) if key in FIRST_PACKAGES else len(FIRST_PACKAGES), key)
+    return (KEY_PACKAGES.index(key) if key in KEY_PACKAGES else len(KEY_PACKAGES), key)
 
 
 def _packages(a: Stack, b: Stack) -> list[Difference]:
@@ -83,7 +77,7 @@ def _packages(a: Stack, b: Stack) -> list[Difference]:
     vb: dict[str, str] = {}
     for stack, versions in ((a, va), (b, vb)):
         for p in stack.packages:
-            key = _canonical(p.name)
+            key = normalize_name(p.name)
             names.setdefault(key, p.name)
             versions.setdefault(key, p.version)
     return [

@@ -81,7 +81,7 @@ def installed_packages() -> list[Package]:
         name = dist.metadata["Name"]
         if not name:
             continue
-        key = re.sub(r"[-_.]+", "-", name).lower()
+        key = normalize_name(name)
         if key in seen:
             continue
         installer = (dist.read_text("INSTALLER") or "").strip() or None
@@ -103,6 +103,11 @@ def installed_packages() -> list[Package]:
             name=key, version=dist.version, installer=installer, origin=origin, direct_url=direct_url
         )
     return [seen[k] for k in sorted(seen)]
+
+
+def normalize_name(name: str) -> str:
+    """A distribution's name as PEP 503 compares them: `Foo_Bar`, `foo.bar` and `foo-bar` are one package."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def relevant_env() -> dict[str, str]:

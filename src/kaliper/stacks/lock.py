@@ -10,14 +10,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from kaliper.results.provenance import normalize_name
+
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*===?\s*([^\s;\\]+)")
 _CUDA_PREFIXES = ("nvidia-", "cuda-")
 _CUDA_NAMES = frozenset({"triton", "pytorch-triton"})
-
-
-def normalize_name(name: str) -> str:
-    """PEP 503: lower case, runs of `-_.` as one `-`."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def lock_lines(output: str) -> list[str]:

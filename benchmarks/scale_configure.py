@@ -36,13 +36,14 @@ CHILD = """
 import os, sys, time
 from kaliper.configurator import configure, manifest_yaml, write_plan
 from kaliper.spec import load_spec
-from kaliper.storage import open_storage
+from kaliper.storage import Storage, open_storage
 spec, store, what, old = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "old"
 if old:  # the writes as before: PyYAML's emitter, one put after another
     manifest_yaml._FastDumper = None
+    manifest_yaml.BLOCK_WRITER = False
 storage = open_storage("file://" + store)
 if old:
-    type(storage).concurrent_puts = False
+    type(storage).put_many = Storage.put_many  # one put (and fsync) after another
 began = time.perf_counter()
 plan = configure(load_spec(spec), storage_url="file://" + store)
 if what == "write":

@@ -17,7 +17,7 @@ from kaliper.configurator.render import REFERENCE_ENV, TemplateEvaluator, pool_a
 from kaliper.errors import TemplateError
 from kaliper.results.documents import to_document
 from kaliper.spec import load_spec, spec_from_text
-from kaliper.storage import open_storage
+from kaliper.storage import Storage, open_storage
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NOW = datetime(2026, 11, 24, 5, 0, 0, tzinfo=UTC)
@@ -70,8 +70,9 @@ def test_a_sweep_in_several_batches_and_workers_is_the_reference(
     assert len(plans[False].trials) == 600
     assert [t.manifest for t in plans[False].trials] == [t.manifest for t in plans[True].trials]
     monkeypatch.setattr(manifest_yaml, "_FastDumper", None)  # the reference writes job.yaml with PyYAML alone
+    monkeypatch.setattr(manifest_yaml, "BLOCK_WRITER", False)
     sequential = open_storage(f"file://{tmp_path / 'reference'}")
-    monkeypatch.setattr(type(sequential), "concurrent_puts", False)
+    monkeypatch.setattr(type(sequential), "put_many", Storage.put_many)  # one put (and fsync) after another
     write_plan(plans[True], sequential)
     monkeypatch.undo()
     write_plan(plans[False], open_storage(f"file://{tmp_path / 'fast'}"))
@@ -150,10 +151,33 @@ manifests = st.recursive(
 @settings(max_examples=400, deadline=None)
 @given(st.dictionaries(words, manifests, max_size=6))
 def test_libyaml_writes_what_pyyaml_writes(manifest: dict[str, Any]) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(manifest_yaml, "BLOCK_WRITER", False)
+        assert manifest_yaml.dump_manifest(manifest) == python_yaml(manifest)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.dictionaries(words, manifests, max_size=6))
+def test_the_block_writer_writes_what_pyyaml_writes(manifest: dict[str, Any]) -> None:
+    text = manifest_yaml._block_text(manifest)
+    if text is not None:
+        assert text == python_yaml(manifest)
     assert manifest_yaml.dump_manifest(manifest) == python_yaml(manifest)
 
 
-def test_text_libyaml_is_not_trusted_with_goes_to_pyyaml() -> None:
+def test_the_block_writer_takes_every_configured_manifest_of_a_sweep(tmp_path: Path) -> None:
+    """It must be the path actually taken (the speed of a big sweep's write depends on it), and its
+    corner cases: -0.0 is not 0.0, words a resolver claims are quoted, nested empty collections."""
+    plan = configure(spec_from_text(SWEEP, "sweep.yaml", tmp_path), experiment_id="sweep-x", now=NOW)
+    for trial in plan.trials[:50]:
+        assert manifest_yaml._block_text(trial.manifest) == python_yaml(trial.manifest)
+    corner = {"a": [-0.0, 0.0, "true", "null-ish", "2026-11-24", [[]], [{}], {"b": [[1, [2]], {"c": []}]}]}
+    assert manifest_yaml._block_text(corner) == python_yaml(corner)
+    assert manifest_yaml._block_text({"a": "two words"}) is None
+
+
+def test_text_libyaml_is_not_trusted_with_goes_to_pyyaml(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(manifest_yaml, "BLOCK_WRITER", False)
     shared: list[Any] = [1]
     assert manifest_yaml._FastDumper is not None and manifest_yaml.plain_text({"a": [1, "b", None, 0.5, {}]})
     for manifest in (

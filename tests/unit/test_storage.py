@@ -330,3 +330,52 @@ def test_read_ahead_serves_each_prefetched_object_once(store: FileStorage) -> No
     store.put("b", b"later")
     assert ahead.get("b") == b"later"  # not fetched ahead: read through
     assert ahead.list("a") == ["a/2.json"] and ahead.location("b") == store.location("b")
+
+
+# ------------------------------------------------------------------------------------------- put_many
+
+
+def test_put_many_syncs_once_before_any_object_appears_and_once_after(
+    store: FileStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Crash safety with one sync for all: the data is durable before any name points at it, and the
+    names are durable before put_many returns; no temp file is left."""
+    import kaliper.storage.file as file_module
+
+    seen: list[tuple[list[str], int]] = []
+    real = file_module.sync_file_system
+
+    def spy(folder: str) -> None:
+        seen.append((store.list(""), len(temp_files(store.root))))
+        real(folder)
+
+    monkeypatch.setattr(file_module, "sync_file_system", spy)
+    store.put("a/0.json", b"old")
+    items = [(f"a/{i}.json", f"object {i}".encode()) for i in range(50)]
+    items[0] = ("a/0.json", b"old")  # identical to what is there: accepted
+    store.put_many(iter(items))
+    assert seen == [(["a/0.json"], 50), (sorted(f"a/{i}.json" for i in range(50)), 50)]
+    assert temp_files(store.root) == []
+    assert [store.get(key) for key, _ in items] == [data for _, data in items]
+
+
+def test_put_many_refuses_a_different_object_and_leaves_no_temp_file(store: FileStorage) -> None:
+    store.put("b/1.json", b"first")
+    with pytest.raises(ObjectExistsError, match="never rewritten"):
+        store.put_many([("b/0.json", b"zero"), ("b/1.json", b"second"), ("b/2.json", b"two")])
+    assert store.get("b/1.json") == b"first"
+    assert temp_files(store.root) == []
+
+
+def test_put_many_stops_at_a_directory_and_writes_nothing_after(store: FileStorage) -> None:
+    store.put("c/d/e.json", b"x")
+
+    def items() -> Any:
+        yield ("c/0.json", b"0")
+        yield ("c/d", b"a directory")
+        raise AssertionError("put_many went on after a failure")
+
+    with pytest.raises(StorageError, match="is a directory"):
+        store.put_many(items())
+    assert store.list("c") == ["c/d/e.json"]
+    assert temp_files(store.root) == []

@@ -10,9 +10,6 @@ import hashlib
 import itertools
 import math
 import secrets
-from collections import deque
-from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
@@ -33,8 +30,6 @@ from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
 from kaliper.storage import Storage, layout
 from kaliper.storage.base import dump_json
 from kaliper.workloads import get_workload
-
-WRITERS = 16  # threads writing a plan's objects (file://: concurrent fsyncs share journal commits)
 
 
 @dataclass(frozen=True)
@@ -231,9 +226,8 @@ def _describe(loaded: LoadedSpec, template: Path) -> str:
 def write_plan(plan: ExperimentPlan, storage: Storage) -> None:
     """Store spec.yaml, experiment.json and every trial's trial.json and job.yaml.
 
-    On storage that takes concurrent writes (file://: fsync is most of a write's time, and the file
-    system commits concurrent ones together), the trials' objects are written by WRITERS threads while
-    this one renders the next; each object is still written whole, and experiment.json only after all."""
+    The trials' objects go through `put_many` (file://: one file-system sync for all of them instead of
+    an fsync each); each object is still written whole, and experiment.json only after all."""
     exp = plan.experiment.id
     storage.put(layout.spec_key(exp), plan.spec_text.encode())
     objects = (
@@ -244,30 +238,9 @@ def write_plan(plan: ExperimentPlan, storage: Storage) -> None:
             (layout.job_key(exp, trial.doc.id), trial.job_yaml.encode()),
         )
     )
-    if getattr(storage, "concurrent_puts", False) and len(plan.trials) > 1:
-        _put_concurrently(storage, objects)
-    else:
-        for key, data in objects:
-            storage.put(key, data)
+    storage.put_many(objects)
     # experiment.json last: its presence means the experiment is fully configured.
     storage.put_json(layout.experiment_key(exp), to_document(plan.experiment))
-
-
-def _put_concurrently(storage: Storage, objects: Iterable[tuple[str, bytes]]) -> None:
-    """storage.put of every object from a thread pool; the first failure (in order) is raised, and
-    nothing more is started after one."""
-    with ThreadPoolExecutor(WRITERS, thread_name_prefix="kaliper-put") as pool:
-        pending: deque[Future[None]] = deque()
-        for key, data in objects:
-            pending.append(pool.submit(storage.put, key, data))
-            while pending and (pending[0].done() or len(pending) > 4 * WRITERS):
-                failed = pending[0].exception()
-                if failed is not None:
-                    pool.shutdown(cancel_futures=True)
-                    raise failed
-                pending.popleft()
-        for future in pending:
-            future.result()
 
 
 def template_location(loaded: LoadedSpec) -> tuple[Path, list[Path]]:

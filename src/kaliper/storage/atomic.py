@@ -8,6 +8,7 @@ file:// storage needs: objects are never rewritten); otherwise it replaces the t
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import tempfile
 from pathlib import Path
@@ -36,3 +37,19 @@ def write_atomically(path: Path, data: bytes, *, exclusive: bool = False) -> Non
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def sync_file_system(folder: str) -> None:
+    """Make everything written to the file system holding `folder` durable: syncfs(2) on Linux (that file
+    system only), else sync(2) (all of them)."""
+    syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    if syncfs is None:
+        os.sync()
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        if syncfs(fd) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno), folder)
+    finally:
+        os.close(fd)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -62,6 +63,12 @@ class Storage(ABC):
     @abstractmethod
     def put(self, key: str, data: bytes) -> None:
         """Store `data` under `key` atomically; identical content is accepted, different content is not."""
+
+    def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
+        """`put` of each (key, data) in order, stopping at the first failure; a storage that can make many
+        objects durable at once (file://) does it faster, with the same guarantees for each object."""
+        for key, data in items:
+            self.put(key, data)
 
     def replace(self, key: str, data: bytes) -> None:
         """Store `data` under `key` whether or not an object is there (atomically: a reader sees the old

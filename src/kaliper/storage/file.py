@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from kaliper.errors import NotFoundError, ObjectExistsError, StorageError
-from kaliper.storage.atomic import is_temp_name, write_atomically
+from kaliper.storage.atomic import TEMP_SUFFIX, is_temp_name, sync_file_system, write_atomically
 from kaliper.storage.base import Storage, check_key
 
 
@@ -18,7 +21,7 @@ class FileStorage(Storage):
     """
 
     cheap_listing = True
-    concurrent_puts = True  # put() may run in several threads at once (write_plan does)
+    batched_puts = True  # put_many stages every object, then syncs the file system once (write_plan)
 
     def __init__(self, root: Path, url: str) -> None:
         self.root = root
@@ -46,6 +49,49 @@ class FileStorage(Storage):
                 self._check_same(path, key, data)
         except OSError as exc:
             raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+    def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
+        """Many objects with one file-system sync instead of an fsync each (on a journaling file system
+        each fsync is a journal commit: ~0.3 ms, most of writing a 10,000-trial plan's 20,000 files).
+
+        Every object goes to a temp file first; then the file system is synced once (syncfs); only then
+        is each temp file linked into place (never over an existing object: identical bytes are accepted,
+        different ones are ObjectExistsError), and the names synced once more. So, as with `put`, a crash
+        leaves whole objects or temp files (which are never objects), and a reader never sees half a
+        file; the first failure stops the batch, and the temp files not yet linked are removed.
+        """
+        staged: list[tuple[str, str]] = []  # (temp file, object path)
+        made: set[str] = set()
+        try:
+            try:
+                for key, data in items:
+                    path = self._name(key)
+                    if os.path.isdir(path):
+                        raise StorageError(f"cannot write {path}: it is a directory (a prefix of other keys)")
+                    parent = os.path.dirname(path)
+                    if parent not in made:
+                        os.makedirs(parent, exist_ok=True)
+                        made.add(parent)
+                    fd, tmp = tempfile.mkstemp(
+                        dir=parent, prefix=f".{os.path.basename(path)}.", suffix=TEMP_SUFFIX
+                    )
+                    staged.append((tmp, path))
+                    with os.fdopen(fd, "wb") as handle:
+                        handle.write(data)
+                sync_file_system(self._root)
+                for tmp, path in staged:
+                    try:
+                        os.link(tmp, path)
+                    except FileExistsError:
+                        with open(tmp, "rb") as handle:
+                            self._check_same(Path(path), path, handle.read())
+                sync_file_system(self._root)
+            except OSError as exc:
+                raise StorageError(f"cannot write under {self.root}: {exc.strerror or exc}") from exc
+        finally:
+            for tmp, _path in staged:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
 
     def _replace(self, key: str, data: bytes) -> None:
         """A temp file renamed over the old one (os.replace): readers see the old or the new file."""

@@ -1,7 +1,8 @@
 """Kaliper: benchmark ML software stacks on Kubernetes or on one machine.
 
 `kaliper.emit(name, value, unit=...)` is the one helper a user's training code may call (a job with
-`metrics_format: jsonl`); it is loaded on first use so `import kaliper` stays as light as it was.
+`metrics_format: jsonl`); `kaliper.trace_steps()` marks the training steps `kaliper trace record -- CMD`
+traces (inert otherwise). Both are loaded on first use so `import kaliper` stays as light as it was.
 """
 
 from __future__ import annotations
@@ -16,4 +17,8 @@ def __getattr__(name: str) -> Any:
         from kaliper.workloads.emit import emit
 
         return emit
+    if name == "trace_steps":
+        from kaliper.trace.steps import trace_steps
+
+        return trace_steps
     raise AttributeError(f"module 'kaliper' has no attribute {name!r}")

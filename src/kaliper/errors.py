@@ -175,6 +175,11 @@ class StackError(InputError):
     machine without a GPU, an interpreter that is not there. Found before any run; nothing written."""
 
 
+class TraceError(InputError):
+    """A recorded trace that cannot be used: missing, corrupt, truncated, of an unknown version, too large
+    (kaliper.trace). A replay run with one is a failed record saying why; nothing is measured."""
+
+
 class StorageError(KaliperError):
     """Reading or writing storage failed."""
 

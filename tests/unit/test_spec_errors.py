@@ -122,7 +122,7 @@ CASES = [
         replace("name: pi-matmul", "name: pi-matmull"),
         (
             "workload.name: unknown workload 'pi-matmull'",
-            "(built-in workloads: cnn-infer, cnn-train, pi-conv2d, pi-import, pi-matmul)",
+            "(built-in workloads: cnn-infer, cnn-train, pi-conv2d, pi-import, pi-matmul, trace-replay)",
         ),
     ),
     Case(

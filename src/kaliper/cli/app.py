@@ -19,10 +19,10 @@ from typing import Annotated
 import typer
 
 from kaliper import __version__
-from kaliper.cli import cluster, compare, dashboards, history, run, stacks, steps, workloads
+from kaliper.cli import cluster, compare, dashboards, history, run, stacks, steps, trace, workloads
 from kaliper.errors import KaliperError
 
-GROUPS = (run, workloads, compare, history, cluster, stacks, steps, dashboards)
+GROUPS = (run, workloads, compare, history, cluster, stacks, steps, dashboards, trace)
 
 app = typer.Typer(
     name="kaliper",

@@ -20,7 +20,7 @@ from kaliper import __version__
 from kaliper.configurator.command import render_command
 from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
 from kaliper.configurator.manifest_yaml import dump_manifest as dump_manifest
-from kaliper.configurator.podenv import job_env, stack_env
+from kaliper.configurator.podenv import job_env, stack_env, workload_env
 from kaliper.configurator.render import BUILTIN_TEMPLATES, LIBRARY_DIR, TemplateEvaluator
 from kaliper.errors import SpecError, TemplateError
 from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_TRIAL
@@ -108,6 +108,7 @@ def configure(
         "wrap": spec.workload.wrap,
         "rules": None if rules is None else rules.to_json(),
     }
+    workload_vars = get_workload(spec.workload.name).env if spec.workload.name is not None else ()
     sampling = spec.sampling.model_dump(exclude={"interference"})  # what the templates get: unchanged
     sampling["max_time_s"] = sampling.pop("max_time")
     documented = dict(sampling)  # experiment.json: the interference section only when not the default,
@@ -127,7 +128,7 @@ def configure(
             "namespace": spec.job.namespace,
             "labels": {LABEL_EXPERIMENT: experiment_id, LABEL_TRIAL: trial_id},
             # Pushgateway and s3:// settings (secretKeyRefs, never credential values), appended by kaliper.env
-            "env": job_env(spec, storage) + stack_env(stack.env),
+            "env": job_env(spec, storage) + workload_env(workload_vars, stack.env) + stack_env(stack.env),
         }
         job = {
             "kind": spec.job.kind,

@@ -15,6 +15,7 @@ No Hera, kfp or minio import here: the step image and `kaliper run` import this 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from kaliper.jobs import env
@@ -77,6 +78,12 @@ def stack_env(variables: dict[str, str]) -> list[EnvVar]:
     if not variables:
         return []
     return [*(value_env(k, v) for k, v in variables.items()), value_env(env.STACK_ENV, ",".join(variables))]
+
+
+def workload_env(variables: Sequence[tuple[str, str]], stack: Mapping[str, str]) -> list[EnvVar]:
+    """A built-in workload's own variables (kaliper.workloads.catalog `env`), except those the stack sets:
+    its env is what is being compared, so it wins."""
+    return [value_env(k, v) for k, v in variables if k not in stack]
 
 
 def step_env(storage_url: str, s3: S3Spec, prometheus: str | None = None) -> list[EnvVar]:

@@ -19,6 +19,9 @@ REPLICA_TYPE: Final = "KALIPER_REPLICA_TYPE"
 REPLICA_INDEX: Final = "KALIPER_REPLICA_INDEX"
 STORAGE: Final = "KALIPER_STORAGE"
 IMAGE: Final = "KALIPER_IMAGE"
+# Where a replica reads what the experiment's storage holds (a recorded trace) when KALIPER_STORAGE is a
+# staging area (a local run's retried attempts); unset: KALIPER_STORAGE.
+READ_STORAGE: Final = "KALIPER_READ_STORAGE"
 POD_IDENTITY: Final = (EXPERIMENT, TRIAL, REPETITION, REPLICA_TYPE, REPLICA_INDEX, STORAGE, IMAGE)
 
 # The names of the variables a stack's `env` sets (comma-separated): provenance records them whatever

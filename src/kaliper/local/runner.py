@@ -144,7 +144,11 @@ def run_repetition(
     while True:
         with tempfile.TemporaryDirectory(prefix="kaliper-attempt-") as tmp:
             staging = open_storage(f"file://{tmp}")
-            env = {**settings.env, env_names.STORAGE: staging.url}  # the replicas store there too
+            env = {  # the replicas store there too, and read (a trace) from the experiment's storage
+                **settings.env,
+                env_names.STORAGE: staging.url,
+                env_names.READ_STORAGE: settings.env.get(env_names.STORAGE, storage.url),
+            }
             outcome = run_one(staging, plan, trial, repetition, replace(settings, env=env), attempt)
             stopped = settings.should_stop is not None and settings.should_stop() is not None
             last = attempt >= retries or not outcome.contended or stopped

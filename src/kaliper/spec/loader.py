@@ -169,7 +169,12 @@ def check_against_workload(spec: BenchmarkSpec) -> None:
     except ParameterError as exc:
         raise ParameterError(f"workload.name: {exc}") from None
     definition.implementation_target(spec.workload.framework, where="workload.framework")
-    definition.params.resolve(spec.workload.params, definition.name, "workload.params")
+    definition.params.resolve(spec.workload.params, definition.name, "workload.params", complete=False)
+    for needed in definition.params.missing(set(spec.workload.params) | set(spec.matrix)):
+        raise ParameterError(
+            f"workload.params.{needed.name}: workload {definition.name} requires parameter "
+            f"{needed.name!r} ({needed.help}); found none (give it in workload.params or matrix)"
+        )
     for key, values in spec.matrix.items():
         param = definition.params.get(key)
         if param is None:

@@ -84,6 +84,19 @@ def samples_key(experiment: str, trial: str, name: str) -> str:
     return f"{trial_prefix(experiment, trial)}/{SAMPLES_FOLDER}/{name}"
 
 
+TRACES = "traces"
+
+
+def trace_prefix(trace_id: str) -> str:
+    """A recorded execution trace (kaliper.trace.bundle): beside the experiments, not inside one, since it
+    is recorded before any experiment that replays it and several may replay it."""
+    return f"{TRACES}/{trace_id}"
+
+
+def trace_file_key(trace_id: str, name: str) -> str:
+    return f"{trace_prefix(trace_id)}/{name}"
+
+
 def log_key(experiment: str, trial: str, repetition: int, replica: str, stream: str) -> str:
     return f"{run_prefix(experiment, trial, repetition)}/logs/{replica}.{stream}.log"
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kaliper.errors import ParameterError
+from kaliper.trace import MALLOC_ENV
 from kaliper.workloads.params import Param, ParamSet
 
 COMMON_DEVICE = Param("device", str, "cpu", "where the work runs", choices=("cpu", "cuda"))
@@ -33,6 +34,9 @@ class WorkloadDef:
     params: ParamSet
     implementations: dict[str, str]  # framework -> "module:function"
     version: str
+    # Set in the job's containers (a cluster's pods and local replicas alike), under a stack's own env:
+    # what the workload's processes need from start-up (trace-replay: glibc malloc as when recorded).
+    env: tuple[tuple[str, str], ...] = ()
 
     def implementation_target(self, framework: str, where: str = "framework") -> str:
         """`module:function` of the implementation for `framework`, without importing it."""
@@ -187,8 +191,39 @@ CNN_INFER = WorkloadDef(
     version="1",
 )
 
+TRACE_REPLAY = WorkloadDef(
+    name="trace-replay",
+    summary="replay a recorded PyTorch execution trace's operators (Mystique); ms per replayed iteration, "
+    "fidelity to the original and coverage",
+    params=ParamSet(
+        (
+            Param(
+                "trace",
+                str,
+                "",
+                "the recorded trace: traces/<name> in the run's storage, a bundle folder or "
+                "file:// URL, or an http(s):// URL",
+                required=True,
+            ),
+            Param("iterations", int, 1, "replayed iterations (the traced steps, once) per sample", minimum=1),
+            Param(
+                "reset",
+                bool,
+                True,
+                "restore the generated tensors before each sample (outside the timer) so repeated "
+                "training updates do not drift towards inf/NaN",
+            ),
+            COMMON_DEVICE,
+            COMMON_THREADS,
+        )
+    ),
+    implementations={"pytorch": "kaliper.workloads.trace_replay_torch:run"},
+    version="1",
+    env=tuple(MALLOC_ENV.items()),
+)
+
 WORKLOADS: dict[str, WorkloadDef] = {
-    w.name: w for w in (PI_MATMUL, PI_CONV2D, PI_IMPORT, CNN_TRAIN, CNN_INFER)
+    w.name: w for w in (PI_MATMUL, PI_CONV2D, PI_IMPORT, CNN_TRAIN, CNN_INFER, TRACE_REPLAY)
 }
 
 

@@ -29,6 +29,7 @@ class Param:
     choices: tuple[ParamValue, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
+    required: bool = False  # no default a run could use (trace-replay's `trace`): a spec must give it
 
     def coerce(self, value: Any, where: str) -> ParamValue:
         """The value as this parameter's type; ParameterError naming `where` when it cannot be."""
@@ -123,8 +124,15 @@ class ParamSet:
     def get(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
 
-    def resolve(self, given: Mapping[str, Any], workload: str, where: str) -> dict[str, ParamValue]:
-        """Defaults overlaid with `given`, each value checked; unknown names are an error."""
+    def missing(self, given: Mapping[str, Any] | set[str]) -> list[Param]:
+        """The required parameters `given` lacks."""
+        return [p for p in self.params if p.required and p.name not in given]
+
+    def resolve(
+        self, given: Mapping[str, Any], workload: str, where: str, *, complete: bool = True
+    ) -> dict[str, ParamValue]:
+        """Defaults overlaid with `given`, each value checked; unknown names are an error, and so is a
+        required parameter `given` lacks (unless not `complete`: the spec's matrix may still give it)."""
         resolved: dict[str, ParamValue] = {p.name: p.default for p in self.params}
         for name, value in given.items():
             param = self.get(name)
@@ -134,4 +142,10 @@ class ParamSet:
                     f"{where}.{name}: workload {workload} has no parameter {name!r} (it takes: {known})"
                 )
             resolved[name] = param.coerce(value, f"{where}.{name}")
+        if complete:
+            for param in self.missing(given):
+                raise ParameterError(
+                    f"{where}.{param.name}: workload {workload} requires parameter {param.name!r} "
+                    f"({param.help}); found none"
+                )
         return resolved

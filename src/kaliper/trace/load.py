@@ -1,0 +1,129 @@
+"""Find a recorded trace bundle from the `trace` parameter and read it, checked, into memory.
+
+The parameter names one of:
+- `traces/<name>`: a storage prefix in the run's storage (KALIPER_STORAGE, where `kaliper trace record
+  --storage` put it); without KALIPER_STORAGE, a local folder of that relative path;
+- a folder: an absolute path, one relative to the working directory, or a file:// URL;
+- an http(s):// URL of the folder: both files are downloaded (with a timeout and a size cap).
+Everything that makes the bundle unusable is a TraceError saying which file and why; nothing is
+measured then.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from kaliper.errors import KaliperError, NotFoundError, TraceError
+from kaliper.jobs import env
+from kaliper.storage.layout import TRACES, trace_file_key
+from kaliper.trace.bundle import META_FILE, TRACE_FILE, TraceMeta, check_trace_file, parse_meta
+
+HTTP_TIMEOUT_S: Final = 60.0
+MAX_META_BYTES: Final = 64 * 1024**2  # op_durations_ns of a long trace is large, but not this large
+MAX_TRACE_BYTES: Final = 2 * 1024**3  # compressed
+
+
+@dataclass(frozen=True)
+class LoadedTrace:
+    meta: TraceMeta
+    data: bytes  # the compressed execution trace, checked against meta (size, sha256, schema)
+    source: str  # where it was read from, for the record and for messages
+    trace_where: str  # the execution trace file's location, for messages
+
+
+def load_trace(reference: str, *, storage_url: str | None = None) -> LoadedTrace:
+    """The bundle `reference` names (module docstring); `storage_url` defaults to KALIPER_STORAGE."""
+    reference = reference.strip()
+    if not reference:
+        raise TraceError(
+            "parameter trace is required: traces/<name> in the run's storage, a bundle folder, or an "
+            "http(s):// URL (record one with `kaliper trace record`)"
+        )
+    if reference.startswith(("http://", "https://")):
+        base = reference.rstrip("/")
+        return _checked(
+            _download(f"{base}/{META_FILE}", MAX_META_BYTES),
+            _download(f"{base}/{TRACE_FILE}", MAX_TRACE_BYTES),
+            base,
+        )
+    if storage_url is None:
+        storage_url = os.environ.get(env.READ_STORAGE) or os.environ.get(env.STORAGE) or None
+    if reference.startswith(f"{TRACES}/") and storage_url:
+        return _from_storage(reference, storage_url)
+    folder = Path(reference[len("file://") :] if reference.startswith("file://") else reference)
+    folder = folder.expanduser().absolute()
+    if not folder.is_dir():
+        hint = (
+            f" (no KALIPER_STORAGE is set to read {reference} from storage)"
+            if reference.startswith(f"{TRACES}/")
+            else ""
+        )
+        raise TraceError(f"trace {reference!r}: {folder} is not a folder{hint}")
+    return _checked(
+        _read_file(folder / META_FILE, MAX_META_BYTES),
+        _read_file(folder / TRACE_FILE, MAX_TRACE_BYTES),
+        str(folder),
+    )
+
+
+def _checked(meta_bytes: bytes, data: bytes, source: str) -> LoadedTrace:
+    meta = parse_meta(meta_bytes, f"{source}/{META_FILE}")
+    where = f"{source}/{TRACE_FILE}"
+    check_trace_file(meta, data, where)
+    return LoadedTrace(meta, data, source, where)
+
+
+def _read_file(path: Path, limit: int) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise TraceError(f"{path}: too large ({size:,} bytes; at most {limit:,})")
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise TraceError(f"{path} does not exist: not a trace bundle") from None
+    except OSError as exc:
+        raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _from_storage(prefix: str, storage_url: str) -> LoadedTrace:
+    from kaliper.storage import open_storage
+
+    name = prefix[len(TRACES) + 1 :].strip("/")
+    if not name or "/" in name:
+        raise TraceError(f"trace {prefix!r}: expected traces/<name>")
+    storage = open_storage(storage_url)
+    contents: list[bytes] = []
+    for file in (META_FILE, TRACE_FILE):
+        key = trace_file_key(name, file)
+        try:
+            contents.append(storage.get(key))
+        except NotFoundError:
+            raise TraceError(
+                f"{storage.location(key)} does not exist: no trace {name!r} in {storage_url} "
+                f"(record it with `kaliper trace record --name {name} --storage {storage_url}`)"
+            ) from None
+        except KaliperError as exc:
+            raise TraceError(f"cannot read {storage.location(key)}: {exc}") from exc
+    return _checked(contents[0], contents[1], storage.location(f"{TRACES}/{name}"))
+
+
+def _download(url: str, limit: int) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as response:
+            declared = response.headers.get("Content-Length")
+            if declared is not None and declared.isdigit() and int(declared) > limit:
+                raise TraceError(f"{url}: too large ({int(declared):,} bytes; at most {limit:,})")
+            data: bytes = response.read(limit + 1)
+    except urllib.error.HTTPError as exc:
+        raise TraceError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise TraceError(f"{url}: cannot download ({reason})") from None
+    if len(data) > limit:
+        raise TraceError(f"{url}: too large (more than {limit:,} bytes)")
+    return data

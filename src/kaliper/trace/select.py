@@ -1,0 +1,119 @@
+"""Which execution-trace nodes a replay calls, and how much of the original's operator time they hold.
+
+Replayed: the top-level ATen operators, i.e. nodes whose `op_schema` is an `aten::` schema and that have
+no ATen ancestor (their children, e.g. aten::convolution under aten::conv2d, run inside them). Autograd
+and record_function ranges are not operators; the ATen calls under them are top-level and replayed.
+Pure Python: no torch, so the selection is testable and cheap.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kaliper.errors import TraceError
+from kaliper.trace.parse import EtNode
+
+ATEN: str = "aten::"
+# Time-weighted coverage needs a Kineto duration for nearly every selected node; below this share of
+# nodes with one, coverage is counted by operators instead (and the record says so).
+MIN_TIMED_SHARE = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class SelectedOp:
+    node: EtNode
+    op: str  # "add_": torch.ops.aten.<op>
+    overload: str  # "Tensor", or "default" for the unnamed overload
+    original_ns: int | None  # Kineto's duration of the original call (None: not in op_durations_ns)
+
+    @property
+    def qualified(self) -> str:
+        return f"aten::{self.op}" + ("" if self.overload == "default" else f".{self.overload}")
+
+
+@dataclass(frozen=True)
+class Selection:
+    ops: list[SelectedOp]
+    nodes_total: int
+    # non-ATen operators (custom ops) outside any ATen one: not called themselves; the ATen operators
+    # they run are top-level and replayed
+    other_operators: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def timed_share(self) -> float:
+        return sum(op.original_ns is not None for op in self.ops) / len(self.ops) if self.ops else 0.0
+
+    @property
+    def coverage_basis(self) -> str:
+        return "operator_time" if self.ops and self.timed_share >= MIN_TIMED_SHARE else "operator_count"
+
+    def coverage(self, replayed: Sequence[bool]) -> float:
+        """Percent of the original's top-level ATen operator time (or count) that `replayed` marks done."""
+        if len(replayed) != len(self.ops):
+            raise ValueError(f"{len(replayed)} flags for {len(self.ops)} operators")
+        if not self.ops:
+            return 0.0
+        if self.coverage_basis == "operator_count":
+            return 100.0 * sum(replayed) / len(self.ops)
+        total = sum(op.original_ns or 0 for op in self.ops)
+        done = sum(op.original_ns or 0 for op, ok in zip(self.ops, replayed, strict=True) if ok)
+        return 100.0 * done / total if total else 0.0
+
+    def original_op_ns(self) -> int:
+        return sum(op.original_ns or 0 for op in self.ops)
+
+
+def split_schema(op_schema: str) -> tuple[str, str]:
+    """("add_", "Tensor") from "aten::add_.Tensor(Tensor(a!) self, ...) -> ..."; overload "default"
+    when the schema names none; ValueError for anything that is not an ATen schema."""
+    if not op_schema.startswith(ATEN) or "(" not in op_schema:
+        raise ValueError(f"not an ATen operator schema: {op_schema[:80]!r}")
+    qualified = op_schema[len(ATEN) : op_schema.index("(")]
+    op, _, overload = qualified.partition(".")
+    if not op.isidentifier() or (overload and not overload.isidentifier()):
+        raise ValueError(f"not an ATen operator schema: {op_schema[:80]!r}")
+    return op, overload or "default"
+
+
+def select_ops(nodes: Sequence[EtNode], op_durations_ns: Mapping[str, int]) -> Selection:
+    """The top-level ATen operators of `nodes` (sorted by id), in call order, with their original times."""
+    by_id = {n.id: n for n in nodes}
+    operator_ids = {n.id for n in nodes if n.op_schema.startswith(ATEN)}
+    inside: dict[int, bool] = {}  # node id -> has an ATen ancestor
+
+    def under_operator(node: EtNode) -> bool:
+        path: list[int] = []
+        current, answer = node, False
+        while True:
+            parent = by_id.get(current.parent)
+            if parent is None or parent.id == current.id or parent.id in path:
+                break  # the root names itself; a cycle would be a broken trace: stop either way
+            if parent.id in inside:
+                answer = inside[parent.id] or parent.id in operator_ids
+                break
+            if parent.id in operator_ids:
+                answer = True
+                break
+            path.append(parent.id)
+            current = parent
+        for visited in path:
+            inside[visited] = answer
+        return answer
+
+    ops: list[SelectedOp] = []
+    others: Counter[str] = Counter()
+    for node in nodes:
+        if not node.op_schema or under_operator(node):
+            continue
+        if not node.op_schema.startswith(ATEN):
+            others[node.name] += 1
+            continue
+        try:
+            op, overload = split_schema(node.op_schema)
+        except ValueError as exc:
+            raise TraceError(f"node {node.id} ({node.name}): {exc}") from None
+        duration = None if node.rf_id is None else op_durations_ns.get(str(node.rf_id))
+        ops.append(SelectedOp(node, op, overload, duration))
+    return Selection(ops, len(nodes), others)

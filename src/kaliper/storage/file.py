@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from kaliper.errors import NotFoundError, ObjectExistsError, StorageError
 from kaliper.storage.atomic import TEMP_SUFFIX, is_temp_name, sync_file_system, write_atomically
 from kaliper.storage.base import Storage, check_key
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class FileStorage(Storage):
@@ -62,6 +65,7 @@ class FileStorage(Storage):
         """
         staged: list[tuple[str, str]] = []  # (temp file, object path)
         made: set[str] = set()
+        tag = f"{os.getpid()}-{threading.get_ident()}"
         try:
             try:
                 for key, data in items:
@@ -72,11 +76,15 @@ class FileStorage(Storage):
                     if parent not in made:
                         os.makedirs(parent, exist_ok=True)
                         made.add(parent)
-                    fd, tmp = tempfile.mkstemp(
-                        dir=parent, prefix=f".{os.path.basename(path)}.", suffix=TEMP_SUFFIX
-                    )
+                    tmp = f"{parent}/.{os.path.basename(path)}.{tag}{TEMP_SUFFIX}"
+                    try:  # a name of this process's own: no random names to draw (20,000 of them)
+                        fd = os.open(tmp, _CREATE, 0o600)  # as mkstemp (and so `put`) makes them
+                    except FileExistsError:  # left by an earlier process with this pid
+                        fd, tmp = tempfile.mkstemp(
+                            dir=parent, prefix=f".{os.path.basename(path)}.", suffix=TEMP_SUFFIX
+                        )
                     staged.append((tmp, path))
-                    with os.fdopen(fd, "wb") as handle:
+                    with open(fd, "wb") as handle:
                         handle.write(data)
                 sync_file_system(self._root)
                 for tmp, path in staged:

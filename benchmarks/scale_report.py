@@ -8,7 +8,9 @@ of its worker processes), in one of two modes:
 - old: the reporter as before samples files: every launch.json and record read and validated (the
   samples files are neither read nor written: kaliper.results.compact's `open_samples` is replaced);
 - new: this Kaliper: the first report reads the documents and writes one samples file per trial; a
-  rerun reads those.
+  rerun reads those;
+- head (with `--head-src DIR`): another Kaliper's reporter (e.g. `git archive HEAD src | tar -x -C /tmp/k`,
+  then `--head-src /tmp/k/src`), interleaved with new: the same figures before and after a change.
 
 Old and new alternate (A/B, same machine, same minute), warm (page cache as the previous child left
 it) and cold (page cache dropped before the child: `echo 3 > /proc/sys/vm/drop_caches` after `sync`;
@@ -92,12 +94,20 @@ def drop_caches(store: Path) -> str:
         return "fadvise (dentry and inode caches stay warm)"
 
 
+HEAD_SRC: list[str] = []  # --head-src: where "head" children import kaliper from
+
+
 def child(mode: str, url: str, exp: str) -> dict[str, Any]:
     env = {**os.environ, "KALIPER_PROMETHEUS": "", "KALIPER_PUSHGATEWAY": ""}
+    if mode == "head":  # another Kaliper's reporter (a copy of an earlier commit's src/), rerun as it is
+        env["PYTHONPATH"] = os.pathsep.join([*HEAD_SRC, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     start = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, mode, url, exp], stdout=subprocess.PIPE, stderr=err, env=env
+            [sys.executable, "-c", CHILD, "new" if mode == "head" else mode, url, exp],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=env,
         )
         assert proc.stdout is not None
         tree = TreeMemory(proc.pid)
@@ -153,8 +163,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="new-reporter children per rerun figure")
     parser.add_argument("--old-cold", action="store_true", help="also the old reporter cold (minutes)")
     parser.add_argument("--baseline-old", action="store_true", help="also B with the old reporter (minutes)")
+    parser.add_argument(
+        "--head-src",
+        type=Path,
+        help="also rerun with the Kaliper in this src/ folder (e.g. `git archive HEAD src | tar -x -C DIR`, "
+        "then DIR/src): mode `head`, interleaved with `new`",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    if args.head_src:
+        HEAD_SRC.append(str(args.head_src.resolve()))
     known, base = prepare_both(args.dir, args.records, args.repetitions, args.samples)
     url, exp = known["url"], known["experiment"]
     store = Path(url[len("file://") :])
@@ -176,15 +194,27 @@ def main(argv: list[str] | None = None) -> int:
     forget(store, base)
     measure("A old (fills the cache)", "old", exp, GOAL_WARM_S)
     measure("A first report (no samples files)", "new", exp, GOAL_WARM_S)  # writes them
+    if args.head_src:  # then its own (it cannot read the new ones)
+        measure("A first report (no samples files)", "head", exp, None)
     for _ in range(args.rounds):
+        if args.head_src:
+            measure("A rerun warm", "head", exp, GOAL_WARM_S)
         measure("A rerun warm", "new", exp, GOAL_WARM_S)
     if args.old_cold:
         measure("A rerun cold", "old", exp, GOAL_COLD_S, cold=True)
     for _ in range(args.rounds):
+        if args.head_src:
+            measure("A rerun cold", "head", exp, GOAL_COLD_S, cold=True)
         measure("A rerun cold", "new", exp, GOAL_COLD_S, cold=True)
     measure("B first report, baseline A", "new", base, GOAL_WARM_S)  # B's samples files written, A's read
+    if args.head_src:
+        measure("B first report, baseline A", "head", base, None)
     for _ in range(args.rounds):
+        if args.head_src:
+            measure("B rerun warm, baseline A", "head", base, GOAL_WARM_S)
         measure("B rerun warm, baseline A", "new", base, GOAL_WARM_S)
+    if args.head_src:
+        measure("B rerun cold, baseline A", "head", base, GOAL_COLD_S, cold=True)
     measure("B rerun cold, baseline A", "new", base, GOAL_COLD_S, cold=True)
     if args.baseline_old:
         measure("B rerun warm, baseline A", "old", base, GOAL_WARM_S)
@@ -208,6 +238,14 @@ def main(argv: list[str] | None = None) -> int:
             f"  {label:34} {mode:4} {f['wall_s']:7.1f} {'' if goal is None else f'<{goal:.0f}':>6} "
             f"{f['peak_rss_mib']:6.0f} {mem:>2} {f['cache'][:10]:>10}  {f['load']}  {verdict}"
         )
+    heads = {label: f["wall_s"] for label, m, f, _g in rows if m == "head"}
+    if heads:
+        print("  head (the --head-src Kaliper) / new, same run:")
+        for label, mode, f, _g in rows:
+            if mode == "new" and label in heads:
+                print(
+                    f"    {label:34} {heads[label]:7.1f} s / {f['wall_s']:6.1f} s = {heads[label] / f['wall_s']:5.2f}x"
+                )
     print("  old (every document read) / new, same run:")
     old = {label: f["wall_s"] for label, m, f, _g in rows if m == "old"}
     for label, mode, f, _g in rows:

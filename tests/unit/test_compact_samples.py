@@ -162,9 +162,9 @@ def test_other_versions_and_broken_files_are_ignored(tmp_path: Path, monkeypatch
     files = samples_files(storage, exp)
     first = tmp_path / "a" / files[0]
     document = orjson.loads(first.read_bytes())
-    with pytest.raises(SchemaVersionError, match=r"unsupported schema 'kaliper\.samples/v2'"):
-        load_samples(orjson.dumps({**document, "schema": "kaliper.samples/v2"}), "x.json")
-    first.write_bytes(orjson.dumps({**document, "schema": "kaliper.samples/v2"}))
+    with pytest.raises(SchemaVersionError, match=r"unsupported schema 'kaliper\.samples/v9'"):
+        load_samples(orjson.dumps({**document, "schema": "kaliper.samples/v9"}), "x.json")
+    first.write_bytes(orjson.dumps({**document, "schema": "kaliper.samples/v9"}))
     second = tmp_path / "a" / files[1]
     broken = dict(document, trial="x")
     broken["entries"] = {k: {**v, "value": {"nonsense": 1}} for k, v in document["entries"].items()}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kaliper.errors import InputError
+from kaliper.reporter.bulk import bulk
 from kaliper.reporter.html import report_html
 from kaliper.reporter.outputs import report_markdown, results_csv
 from kaliper.reporter.parquet import results_parquet
@@ -60,11 +61,22 @@ def write_report(
     Nothing is written before that decision, so a refusal leaves the stored report whole.
     Runs judged contended are left out of the statistics unless `include_contended`.
     """
+    # No cyclic garbage collection while the report's hundreds of thousands of objects are alive and more
+    # are made (reporter.bulk: each full collection would walk all of them again); they are dropped before
+    # it is enabled again, so the first collection after it does not walk them either.
+    with bulk():
+        return _write_report(storage, experiment_id, replace, include_contended)
+
+
+def _write_report(
+    storage: Storage, experiment_id: str, replace: bool, include_contended: bool
+) -> ReportPaths:
     report = build_report(storage, experiment_id, include_contended)
+    parquet = results_parquet(report)  # first: its Arrow buffers peak while no other file is held yet
     files = {
         "summary.json": dump_json(report.summary),
         "results.csv": results_csv(report).encode(),
-        "results.parquet": results_parquet(report),
+        "results.parquet": parquet,
         "report.md": report_markdown(report).encode(),
         "report.html": report_html(report).encode(),
     }

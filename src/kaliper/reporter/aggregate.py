@@ -13,13 +13,10 @@ they always did.
 from __future__ import annotations
 
 import functools
-import gc
 import math
 import multiprocessing
 import os
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +25,9 @@ from kaliper.analysis.terms import DEFAULT_MIN_QUIET_RUNS
 from kaliper.configurator import read_experiment, read_trial
 from kaliper.errors import InputError
 from kaliper.jobs.kubeflow import primary_replica, replica_name, run_status
+from kaliper.reporter.bulk import bulk
 from kaliper.reporter.recovered import recover_from_logs
+from kaliper.reporter.stats_cache import decode_runs, decode_trials, encode_run, encode_trial
 from kaliper.reporter.views import Interner, LaunchView, RecordView
 from kaliper.results.compact import SamplesCodec, TrialSamples, document_keys, open_samples
 from kaliper.results.documents import ExperimentDoc, TrialDoc
@@ -230,11 +229,18 @@ def _load_run(
     )
 
 
-def _run_stats(measured: list[RunResult]) -> None:
-    """Each measured run's `stats`, metric by metric, summarised together (run_stats_many)."""
+def _run_stats(measured: list[RunResult], docs: TrialSamples | None = None) -> None:
+    """Each measured run's `stats`, metric by metric: cached in the samples file (`docs`), else
+    summarised together (run_stats_many) and kept there for the next load."""
     groups: dict[tuple[str, float], list[RunResult]] = {}
     for run in measured:
         assert run.primary is not None
+        if docs is not None:
+            relative = docs.served.get(id(run.primary))
+            cached = None if relative is None else decode_runs(docs.run_stats(relative), run.primary.metrics)
+            if cached is not None:
+                run.stats.update(cached)
+                continue
         for name, metric in run.primary.metrics.items():
             if metric.values.size:
                 groups.setdefault((name, metric.ci_level), []).append(run)
@@ -242,6 +248,11 @@ def _run_stats(measured: list[RunResult]) -> None:
         values = [r.primary.metrics[name].values for r in runs if r.primary]
         for run, stats in zip(runs, run_stats_many(values, level), strict=True):
             run.stats[name] = stats
+    if docs is not None:
+        for run in measured:
+            relative = docs.served.get(id(run.primary))
+            if relative is not None and docs.run_stats(relative) is None:
+                docs.keep_run_stats(relative, {n: encode_run(s) for n, s in run.stats.items()})
 
 
 def min_quiet_runs(experiment: ExperimentDoc) -> int:
@@ -251,18 +262,26 @@ def min_quiet_runs(experiment: ExperimentDoc) -> int:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else DEFAULT_MIN_QUIET_RUNS
 
 
-def _trial_metrics(runs: list[RunResult], include_contended: bool = False) -> dict[str, TrialMetric]:
+def _trial_metrics(
+    runs: list[RunResult], include_contended: bool = False, docs: TrialSamples | None = None
+) -> dict[str, TrialMetric]:
     """The trial's metrics (those of its first counted run) over its counted runs: the measured ones,
-    contended runs left out unless `include_contended` (every measured run gets its own `stats`)."""
+    contended runs left out unless `include_contended` (every measured run gets its own `stats`);
+    statistics cached in the trial's samples file (`docs`) are used, and computed ones kept there."""
     measured = [r for r in runs if r.measured and r.primary is not None]
-    _run_stats(measured)
-    return trial_metrics([r for r in measured if include_contended or not r.contended])
+    _run_stats(measured, docs)
+    return trial_metrics([r for r in measured if include_contended or not r.contended], docs)
 
 
-def trial_metrics(measured: list[RunResult]) -> dict[str, TrialMetric]:
+def trial_metrics(measured: list[RunResult], docs: TrialSamples | None = None) -> dict[str, TrialMetric]:
     """Metrics (those of the first run) over `measured` runs, whose `stats` are already known."""
     if not measured:
         return {}
+    counted = [docs.served.get(id(r.primary)) for r in measured] if docs is not None else []
+    identities = [docs.identity(k) for k in counted if k is not None] if docs is not None else []
+    keys = [k for k in identities if k is not None]
+    cacheable = docs is not None and len(keys) == len(measured)
+    cached = decode_trials(docs.trial_stats(keys)) if cacheable and docs is not None else None
     metrics: dict[str, TrialMetric] = {}
     first = measured[0].primary
     assert first is not None
@@ -272,7 +291,10 @@ def trial_metrics(measured: list[RunResult]) -> dict[str, TrialMetric]:
         ]
         if not any(v.size for v in per_run):
             continue
-        stats = trial_stats(per_run, meta.ci_level)  # the hierarchical bootstrap, once
+        stats = cached.get(name) if cached is not None else None
+        if stats is None or stats.confidence != meta.ci_level:
+            cached = None  # not the statistics of these runs: every metric's are computed (and kept)
+            stats = trial_stats(per_run, meta.ci_level)  # the hierarchical bootstrap, once
         metrics[name] = TrialMetric(
             unit=meta.unit,
             direction=meta.direction,
@@ -285,25 +307,9 @@ def trial_metrics(measured: list[RunResult]) -> dict[str, TrialMetric]:
             n_samples=int(sum(v.size for v in per_run)),
             stats=stats,
         )
+    if cacheable and docs is not None and cached is None:
+        docs.keep_trial_stats(keys, {n: encode_trial(m.stats) for n, m in metrics.items() if m.stats})
     return metrics
-
-
-@contextmanager
-def bulk() -> Iterator[None]:
-    """No cyclic garbage collection while the reporter builds or reads millions of small objects.
-
-    Each collection of the oldest generation walks every live object; while 100,000 runs' worth of
-    views, dicts and tuples are being made, the collector would run again and again over all of them
-    (a third of the reporter's time, measured). The objects made here hold no reference cycles that
-    need collecting before the report is done; the previous state is restored after.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 # (trial, repetition) → the keys under that run's prefix; (trial, "samples") → the trial's samples files
@@ -380,8 +386,8 @@ def _load_trials(
             )
             for rep in range(experiment.repetitions)
         ]
-        docs.save(storage)
-        metrics = in_declared_order(_trial_metrics(runs, include_contended), experiment.workload)
+        metrics = in_declared_order(_trial_metrics(runs, include_contended, docs), experiment.workload)
+        docs.save(storage)  # with the statistics just computed (or those read)
         trials.append(TrialResult(doc, runs, metrics, include_contended))
     return trials
 

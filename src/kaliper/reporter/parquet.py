@@ -19,6 +19,7 @@ import math
 from typing import TYPE_CHECKING, Any, Final
 
 from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult
+from kaliper.reporter.arrow_columns import arrow_column, indices, list_column
 from kaliper.reporter.contended import run_reason
 from kaliper.reporter.fingerprint import fingerprint
 from kaliper.reporter.report import Report
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 PARQUET_SCHEMA: Final = "kaliper.results-parquet/v1"
 PARAM_PREFIX: Final = "param."
+CHUNK_TRIALS: Final = 1000  # trials whose rows are Python lists at once (then Arrow arrays)
 # Columns before the parameters, and after them (the parameters sit between: they vary per spec).
 _HEAD: Final = (
     ("experiment", "string"),
@@ -88,52 +90,59 @@ def _finite(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
-def _run_rows(trial: TrialResult, run: RunResult, counted: set[int]) -> list[dict[str, Any]]:
-    """The rows of one run: one per metric of its primary record, or one without a metric."""
+def _run_head(trial: TrialResult, run: RunResult, counted: set[int], fingerprint_: str | None) -> list[Any]:
+    """The `_HEAD` columns of one run's rows (the trial's fingerprint computed once per trial)."""
     primary = run.primary if run.measured else None
     record = run.primary
-    first = trial.first_record
-    base: dict[str, Any] = {
-        "experiment": trial.doc.experiment,
-        "trial": trial.doc.id,
-        "repetition": run.repetition,
-        "replica": record.replica if record else None,
-        "stack": trial.doc.stack.name,
-        "stack_id": record.stack.id if record else None,
-        "fingerprint": fingerprint(trial.doc, first) if first else None,
-        "cpu_model": record.hardware.cpu_model if record else None,
-        "logical_cores": record.hardware.logical_cores if record else None,
-        "status": run.status,
-        "converged": primary.converged if primary else None,
-        "interference": run.interference,
-        "interference_reason": run_reason(run) or None,
-        "counted": id(run) in counted,
-        "error": run.error,
-    }
+    return [
+        trial.doc.experiment,
+        trial.doc.id,
+        run.repetition,
+        record.replica if record else None,
+        trial.doc.stack.name,
+        record.stack.id if record else None,
+        fingerprint_,
+        record.hardware.cpu_model if record else None,
+        record.hardware.logical_cores if record else None,
+        run.status,
+        primary.converged if primary else None,
+        run.interference,
+        run_reason(run) or None,
+        id(run) in counted,
+        run.error,
+    ]
+
+
+_NO_METRIC: Final[tuple[Any, ...]] = (None,) * len(_TAIL)
+
+
+def _run_tails(run: RunResult) -> list[tuple[Any, ...]]:
+    """The `_TAIL` columns of one run's rows: one per metric of its primary record (sorted), or one
+    without a metric (a run that measured nothing, failed or is missing)."""
+    primary = run.primary if run.measured else None
     if primary is None or not primary.metrics:
-        return [{**base, "metric": None, "samples": None}]
-    rows = []
+        return [_NO_METRIC]
+    tails = []
     for name in sorted(primary.metrics):
         mv = primary.metrics[name]
         rs = run.stats.get(name)
         samples = mv.values
-        rows.append(
-            {
-                **base,
-                "metric": name,
-                "unit": mv.unit,
-                "direction": mv.direction,
-                "median": _finite(mv.median),
-                "ci_low": _finite(rs.ci_low if rs else mv.ci_low),
-                "ci_high": _finite(rs.ci_high if rs else mv.ci_high),
-                "iqr": _finite(rs.iqr) if rs else None,
-                "jitter": _finite(rs.jitter) if rs else None,
-                "cv": _finite(rs.cv) if rs else None,
-                "n": int(samples.size),
-                "samples": samples,
-            }
+        tails.append(
+            (
+                name,
+                mv.unit,
+                mv.direction,
+                _finite(mv.median),
+                _finite(rs.ci_low if rs else mv.ci_low),
+                _finite(rs.ci_high if rs else mv.ci_high),
+                _finite(rs.iqr) if rs else None,
+                _finite(rs.jitter) if rs else None,
+                _finite(rs.cv) if rs else None,
+                int(samples.size),
+                samples,
+            )
         )
-    return rows
+    return tails
 
 
 def _arrow_type(kind: str) -> pa.DataType:
@@ -152,49 +161,79 @@ def _arrow_type(kind: str) -> pa.DataType:
 def results_table(result: ExperimentResult) -> pa.Table:
     """The report's runs as an Arrow table (the schema of results.parquet), rows sorted.
 
-    Built column by column (a row's dict lives only while its values are appended), so an experiment of
-    100,000 runs costs its columns, not 300,000 dicts; the samples stay numpy views until one concat.
+    Built CHUNK_TRIALS trials at a time: a chunk's values are appended straight to Python lists (its
+    trials' fingerprints and parameters computed once per trial), made Arrow arrays and dropped, so an
+    experiment of 100,000 runs holds its compact Arrow columns and one chunk's lists, not 300,000 rows of
+    Python objects. The chunks are combined into one before writing: the file's bytes are those of a
+    table built in one piece.
     """
     import pyarrow as pa
 
     names = sorted({k for t in result.trials for k in t.doc.params})
     kinds = {n: _param_type([t.doc.params.get(n) for t in result.trials]) for n in names}
     columns = [*_HEAD, *((f"{PARAM_PREFIX}{n}", kinds[n]) for n in names), *_TAIL]
-    values: dict[str, list[Any]] = {name: [] for name, _kind in columns}
-    keys: list[tuple[str, int, str]] = []
-    counted = {id(r) for t in result.trials for r in t.counted}
-    for trial in result.trials:
-        params = {f"{PARAM_PREFIX}{n}": _param_value(trial.doc.params.get(n), kinds[n]) for n in names}
-        for run in trial.runs:
-            for row in _run_rows(trial, run, counted):
-                row.update(params)
-                for name, column in values.items():
-                    column.append(row.get(name))
-                keys.append((row["trial"], row["repetition"], row["metric"] or ""))
     fields = [pa.field(name, _arrow_type(kind)) for name, kind in columns]
     metadata = {
         "kaliper.schema": PARQUET_SCHEMA,
         "kaliper.experiment": result.experiment.id,
         "kaliper.rows": "one per run and metric of the run's primary replica; sorted by trial, repetition, metric",
     }
-    arrays = [pa.array(values[f.name], type=f.type) for f in fields[:-1]]
-    table = pa.Table.from_arrays(
-        [*arrays, _samples_column(values["samples"])], schema=pa.schema(fields, metadata=metadata)
-    )
+    schema = pa.schema(fields, metadata=metadata)
+    keys: list[tuple[str, int, str]] = []
+    counted = {id(r) for t in result.trials for r in t.counted}
+    trials = sorted(result.trials, key=lambda t: t.doc.id)  # the rows' order: no reordering after
+    batches = [
+        _batch(trials[start : start + CHUNK_TRIALS], names, kinds, schema, counted, keys)
+        for start in range(0, max(1, len(trials)), CHUNK_TRIALS)
+    ]
+    # One chunk per column: the writer's pages follow the chunks, and the file's bytes must not depend on
+    # CHUNK_TRIALS (nor differ from those of a table built in one piece).
+    table = pa.Table.from_batches(batches, schema=schema).combine_chunks(memory_pool=pool())
+    del batches
     order = sorted(range(len(keys)), key=keys.__getitem__)
-    return table if order == list(range(len(keys))) else table.take(order)
+    return table if order == list(range(len(keys))) else table.take(indices(order))
 
 
-def _samples_column(parts: list[Any]) -> pa.Array:
-    """Per-row sample arrays (None: no metric) as one list<double> column, without Python floats."""
-    import numpy as np
+def _batch(
+    trials: list[TrialResult],
+    names: list[str],
+    kinds: dict[str, str],
+    schema: pa.Schema,
+    counted: set[int],
+    keys: list[tuple[str, int, str]],
+) -> pa.RecordBatch:
+    """The rows of some trials as one record batch (their sort keys appended to `keys`)."""
     import pyarrow as pa
 
-    sizes = np.array([0 if p is None else p.size for p in parts], dtype=np.int64)
-    offsets = pa.array(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32), type=pa.int32())
-    flat = np.concatenate([p for p in parts if p is not None] or [np.empty(0)]).astype(np.float64)
-    mask = pa.array([p is None for p in parts], type=pa.bool_())
-    return pa.ListArray.from_arrays(offsets, pa.array(flat, type=pa.float64()), mask=mask)
+    heads: list[list[Any]] = [[] for _ in _HEAD]
+    params_: list[list[Any]] = [[] for _ in names]
+    tails: list[list[Any]] = [[] for _ in _TAIL]
+    for trial in trials:
+        first = trial.first_record
+        fingerprint_ = fingerprint(trial.doc, first) if first else None  # the same for its every run
+        params = [_param_value(trial.doc.params.get(n), kinds[n]) for n in names]
+        for run in trial.runs:
+            head = _run_head(trial, run, counted, fingerprint_)
+            for tail in _run_tails(run):
+                for column, value in zip(heads, head, strict=True):
+                    column.append(value)
+                for column, value in zip(params_, params, strict=True):
+                    column.append(value)
+                for column, value in zip(tails, tail, strict=True):
+                    column.append(value)
+                keys.append((trial.doc.id, run.repetition, tail[0] or ""))
+    lists = [*heads, *params_, *tails[:-1]]
+    kinds_ = [kind for _name, kind in (*_HEAD, *((n, kinds[n]) for n in names), *_TAIL[:-1])]
+    arrays = [arrow_column(values, kind) for values, kind in zip(lists, kinds_, strict=True)]
+    return pa.RecordBatch.from_arrays([*arrays, list_column(tails[-1])], schema=schema)
+
+
+def pool() -> pa.MemoryPool:
+    """The C library's allocator for the file's tables and pages: it gives large blocks back when they
+    are freed, where Arrow's default (mimalloc) keeps them, adding tens of MiB to the report's peak."""
+    import pyarrow as pa
+
+    return pa.system_memory_pool()
 
 
 def results_parquet(report: Report) -> bytes:
@@ -210,5 +249,6 @@ def results_parquet(report: Report) -> bytes:
         compression="zstd",
         compression_level=3,
         write_statistics=True,
+        memory_pool=pool(),
     )
     return bytes(sink.getvalue().to_pybytes())

@@ -20,12 +20,12 @@ from kaliper.monitoring.interference_promql import query_environment
 from kaliper.monitoring.settings import prometheus_url
 from kaliper.reporter.aggregate import (
     ExperimentResult,
-    bulk,
     in_declared_order,
     load_experiment,
     trial_metrics,
 )
 from kaliper.reporter.baseline import ReportComparisons, compare_for_report
+from kaliper.reporter.bulk import bulk
 from kaliper.reporter.summary import summary_document
 from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.results.resources import store_resources, unavailable
@@ -73,14 +73,17 @@ def attach_resources(storage: Storage, result: ExperimentResult, budget: Budget 
     experiment = result.experiment
     url = prometheus_url(experiment)
     budget = budget if budget is not None else prometheus_budget()
+    # One block for every run without Prometheus: read-only (no writer changes a run's block), and one
+    # instead of 100,000 equal ones in a large report.
+    none = unavailable(
+        f"no Prometheus configured (spec monitoring.prometheus or {prometheus.ENV_URL}) "
+        "and no local sampling stored for this run"
+    )
     for trial, run in result.all_runs():
         if run.resources is not None:
             continue
         if url is None:
-            run.resources = unavailable(
-                f"no Prometheus configured (spec monitoring.prometheus or {prometheus.ENV_URL}) "
-                "and no local sampling stored for this run"
-            )
+            run.resources = none
             continue
         primary = run.primary
         window = run_window(

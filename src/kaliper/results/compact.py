@@ -1,4 +1,4 @@
-"""A trial's compact samples file (`kaliper.samples/v1`): its runs' documents, reduced, in one object.
+"""A trial's compact samples file (`kaliper.samples/v2`): its runs' documents, reduced, in one object.
 
 The reporter reads every run's launch.json, resources.json, environment.json and result records; at
 100,000 records most of its time goes into reading and validating them (each record carries its whole
@@ -19,6 +19,9 @@ The documents stay the source of truth:
   are added (a late run, a resources.json the reporter stores) the next load writes a file of the new
   name beside the old one. Readers look for the name of what is listed now, else take the file covering
   the most documents and use only its entries for documents still listed.
+- v2 adds each run's and trial's statistics (kaliper.reporter.stats_cache), derived from the same
+  documents, so a rerun does not compute them again. A v1 file is still read (its entries; the
+  statistics are computed) and a v2 file is written beside it (the schema is part of the name).
 - A file of another schema version, or one that cannot be read, is ignored: the documents are read.
 - A document the file covers that is listed again with different content cannot happen under the
   storage rules; `verify_samples` checks a file against the documents (sizes and sha256) for audits.
@@ -53,7 +56,8 @@ if TYPE_CHECKING:  # the reporter imports this module: no import of it at run ti
     from kaliper.reporter.views import Interner, LaunchView, RecordView
     from kaliper.results.record import RecordLoader
 
-SAMPLES_SCHEMA: Final = "kaliper.samples/v1"
+SAMPLES_SCHEMA: Final = "kaliper.samples/v2"
+READABLE_SCHEMAS: Final = ("kaliper.samples/v1", SAMPLES_SCHEMA)  # v1: entries only, no statistics
 log = logging.getLogger(__name__)
 
 
@@ -80,9 +84,9 @@ def load_samples(data: bytes, source: str) -> dict[str, Any]:
     except orjson.JSONDecodeError as exc:
         raise SchemaVersionError(f"{source}: not a JSON document ({exc})") from None
     found = document.get("schema") if isinstance(document, dict) else None
-    if found != SAMPLES_SCHEMA or not isinstance(document.get("entries"), dict):
+    if found not in READABLE_SCHEMAS or not isinstance(document.get("entries"), dict):
         raise SchemaVersionError(
-            f"{source}: unsupported schema {found!r} (this Kaliper reads {SAMPLES_SCHEMA}); "
+            f"{source}: unsupported schema {found!r} (this Kaliper reads {', '.join(READABLE_SCHEMAS)}); "
             "it is ignored and the documents it was derived from are read instead"
         )
     return dict(document)
@@ -137,6 +141,11 @@ class TrialSamples:
         self._file: dict[str, Any] = document["entries"] if document else {}
         self._stacks: dict[str, Any] = document.get("stacks", {}) if document else {}
         self._hardware: dict[str, Any] = document.get("hardware", {}) if document else {}
+        self._current = document is not None and document.get("schema") == SAMPLES_SCHEMA
+        trials = document.get("trials") if self._current and document else None
+        self._trials: list[Any] = trials if isinstance(trials, list) else []  # cached trial statistics
+        self.trial_entries: list[dict[str, Any]] = []  # those of this load (the next file)
+        self.served: dict[int, str] = {}  # id(record view) → its relative key, for its cached statistics
         self.entries: dict[str, Any] = {}  # what this load served, by relative key (the next file)
         self.stacks: dict[str, Any] = {}
         self.hardware_blocks: dict[str, Any] = {}
@@ -186,6 +195,9 @@ class TrialSamples:
                 self.stacks[value["stack"]] = self._stacks[value["stack"]]
                 self.hardware_blocks[value["hardware"]] = self._hardware[value["hardware"]]
                 self._keep(key, "record", value, None, entry)
+                self.served[id(view)] = key[len(self.prefix) :]
+                if self._current and "stats" in entry:  # a v1 entry has none
+                    self.entries[key[len(self.prefix) :]]["stats"] = entry["stats"]
                 return view
             except (KeyError, TypeError, ValueError, KaliperError):
                 pass
@@ -195,7 +207,41 @@ class TrialSamples:
         hardware_ref, hardware_doc = self.codec.reference(view.hardware)
         self.stacks[stack_ref], self.hardware_blocks[hardware_ref] = stack_doc, hardware_doc
         self._keep(key, "record", interner.record_entry(view, stack_ref, hardware_ref), source, None)
+        self.served[id(view)] = key[len(self.prefix) :]
         return view
+
+    # Statistics (v2; kaliper.reporter.stats_cache encodes them): opaque JSON here.
+
+    def run_stats(self, relative: str) -> Any:
+        """The cached statistics of the record at `relative` (its entry this load), or None."""
+        entry = self.entries.get(relative)
+        return entry.get("stats") if entry is not None and entry.get("kind") == "record" else None
+
+    def keep_run_stats(self, relative: str, value: Any) -> None:
+        entry = self.entries.get(relative)
+        if entry is not None and entry.get("kind") == "record":
+            entry["stats"] = value
+
+    def identity(self, relative: str) -> str | None:
+        """What names a served record's content: its relative key and its document's sha256 (the trial
+        statistics are keyed by those of the counted runs' records), or None where unknown."""
+        entry = self.entries.get(relative)
+        source = entry.get("source") if entry is not None else None
+        if isinstance(source, list | tuple) and len(source) == 2 and isinstance(source[1], str) and source[1]:
+            return f"{relative} {source[1]}"
+        return None
+
+    def trial_stats(self, counted: list[str]) -> Any:
+        """The cached trial statistics over exactly these counted runs' records (`identity`), or None."""
+        for cached in self._trials:
+            if isinstance(cached, dict) and cached.get("counted") == counted:
+                self.trial_entries.append(cached)
+                return cached.get("metrics")
+        return None
+
+    def keep_trial_stats(self, counted: list[str], value: Any) -> None:
+        self.trial_entries = [e for e in self.trial_entries if e.get("counted") != counted]
+        self.trial_entries.append({"counted": counted, "metrics": value})
 
     def resources(self, storage: Storage, key: str) -> dict[str, Any]:
         entry = self._cached(key, "resources")
@@ -241,6 +287,7 @@ class TrialSamples:
             "entries": {k: self.entries[k] for k in relative},
             "stacks": dict(sorted(self.stacks.items())),
             "hardware": dict(sorted(self.hardware_blocks.items())),
+            "trials": self.trial_entries,
         }
         key = layout.samples_key(self.experiment, self.trial, samples_name(relative))
         try:
@@ -286,6 +333,8 @@ def open_samples(
             key, exact = chosen[trial]
             try:
                 document = load_samples(source.get(key), storage.location(key))
+                if (document.get("experiment"), document.get("trial")) != (experiment, trial):
+                    raise SchemaVersionError(f"{storage.location(key)}: the samples file of another trial")
             except KaliperError as exc:
                 log.info("%s", exc)
                 exact = False

@@ -62,8 +62,7 @@ from kaliper.workloads.sampling import SamplingRule, collect
 from kaliper.workloads.torch_support import (
     device_and_sync,
     set_thread_env,
-    torch_build_info,
-    torch_gpus,
+    torch_measurement,
     torch_threads,
 )
 
@@ -465,17 +464,5 @@ def _measure(
         }
     derived["formulas"] = formulas
 
-    return Measurement(
-        samples=samples,
-        calls_per_sample=1,
-        metrics=metrics,
-        framework="pytorch",
-        framework_version=str(torch.__version__),
-        framework_build=torch_build_info(),
-        gpus=torch_gpus(),
-        effective_params={
-            "sync": "cuda.synchronize" if device.type == "cuda" else "none",
-            "autocast": "bfloat16" if bf16 else "none",
-        },
-        derived=derived,
-    )
+    precision = {"autocast": "bfloat16" if bf16 else "none"}
+    return torch_measurement(device, samples, 1, metrics, effective_params=precision, derived=derived)

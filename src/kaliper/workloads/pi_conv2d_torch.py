@@ -35,7 +35,11 @@ from kaliper.errors import WorkloadError
 from kaliper.workloads.calibration import rate_metrics, sample_calls
 from kaliper.workloads.measurement import Measurement, MetricDef
 from kaliper.workloads.sampling import SamplingRule
-from kaliper.workloads.torch_support import device_and_sync, torch_build_info, torch_gpus, torch_threads
+from kaliper.workloads.torch_support import (
+    device_and_sync,
+    torch_measurement,
+    torch_threads,
+)
 
 
 def output_size(size: int, kernel: int, stride: int, padding: str) -> int:
@@ -215,19 +219,13 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
     # run_calls ends with sync(): GPU kernels are asynchronous, the sample ends when the device is done
     sampled = sample_calls(run_calls, int(params["calls_per_sample"]), rule, drain=sync)
     samples, calls, faults_per_call = sampled.samples, sampled.calls, sampled.minor_page_faults_per_call
-    return Measurement(
-        samples=samples,
-        calls_per_sample=calls,
-        metrics=conv_metrics(geometry, calls),
-        framework="pytorch",
-        framework_version=str(torch.__version__),
-        framework_build=torch_build_info(),
-        threads=threads,
-        gpus=torch_gpus(),
-        effective_params={
-            "calls_per_sample": calls,
-            "sync": "cuda.synchronize" if device.type == "cuda" else "none",
-        },
+    return torch_measurement(
+        device,
+        samples,
+        calls,
+        conv_metrics(geometry, calls),
+        threads,
+        {"calls_per_sample": calls},
         derived={
             **geometry.derived(),
             "memory_format": "channels_last" if channels_last else "contiguous",

@@ -12,7 +12,11 @@ from kaliper.errors import WorkloadError
 from kaliper.workloads.calibration import MATMUL_GFLOPS_FORMULA, rate_metrics, sample_calls
 from kaliper.workloads.measurement import Measurement
 from kaliper.workloads.sampling import SamplingRule
-from kaliper.workloads.torch_support import device_and_sync, torch_build_info, torch_gpus, torch_threads
+from kaliper.workloads.torch_support import (
+    device_and_sync,
+    torch_measurement,
+    torch_threads,
+)
 
 
 def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
@@ -41,17 +45,5 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
 
     sampled = sample_calls(run_calls, int(params["calls_per_sample"]), rule, drain=sync)
     samples, calls = sampled.samples, sampled.calls
-    return Measurement(
-        samples=samples,
-        calls_per_sample=calls,
-        metrics=rate_metrics(2.0 * n**3, calls, MATMUL_GFLOPS_FORMULA),
-        framework="pytorch",
-        framework_version=str(torch.__version__),
-        framework_build=torch_build_info(),
-        threads=threads,
-        gpus=torch_gpus(),
-        effective_params={
-            "calls_per_sample": calls,
-            "sync": "cuda.synchronize" if device.type == "cuda" else "none",
-        },
-    )
+    metrics = rate_metrics(2.0 * n**3, calls, MATMUL_GFLOPS_FORMULA)
+    return torch_measurement(device, samples, calls, metrics, threads, {"calls_per_sample": calls})

@@ -8,6 +8,8 @@ from typing import Any
 
 from kaliper.errors import WorkloadError
 from kaliper.results.provenance import cpu_quota_cores, usable_cores
+from kaliper.workloads.measurement import Measurement, MetricDef
+from kaliper.workloads.sampling import SampleSet
 
 
 def default_threads() -> int:
@@ -99,3 +101,30 @@ def torch_gpus() -> list[dict[str, Any]]:
             }
         )
     return gpus
+
+
+def torch_measurement(
+    device: Any,
+    samples: SampleSet,
+    calls_per_sample: int,
+    metrics: dict[str, MetricDef],
+    threads: dict[str, Any] | None = None,
+    effective_params: dict[str, Any] | None = None,
+    derived: dict[str, Any] | None = None,
+) -> Measurement:
+    """A torch workload's Measurement: the framework's provenance, and how samples were synchronised."""
+    import torch
+
+    sync = {"sync": "cuda.synchronize" if device.type == "cuda" else "none"}
+    return Measurement(
+        samples=samples,
+        calls_per_sample=calls_per_sample,
+        metrics=metrics,
+        framework="pytorch",
+        framework_version=str(torch.__version__),
+        framework_build=torch_build_info(),
+        threads=threads or {},
+        gpus=torch_gpus(),
+        effective_params={**(effective_params or {}), **sync},
+        derived=derived or {},
+    )

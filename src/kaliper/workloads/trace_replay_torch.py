@@ -24,7 +24,11 @@ from kaliper.errors import TraceError, WorkloadError
 from kaliper.trace import MALLOC_ENV
 from kaliper.workloads.measurement import Measurement, MetricDef
 from kaliper.workloads.sampling import SamplingRule, collect
-from kaliper.workloads.torch_support import device_and_sync, torch_build_info, torch_gpus, torch_threads
+from kaliper.workloads.torch_support import (
+    device_and_sync,
+    torch_measurement,
+    torch_threads,
+)
 
 FIDELITY_FORMULA: Final = "(t / iterations) / (median(original_step_ns) * steps_traced)"
 
@@ -133,21 +137,14 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
         "generated_bytes": plan.leaf_bytes,
         "non_finite_after_run": nan,
     }
-    return Measurement(
-        samples=samples,
-        calls_per_sample=iterations,
-        metrics=metrics,
-        framework="pytorch",
-        framework_version=str(torch.__version__),
-        framework_build=torch_build_info(),
-        threads=threads,
-        gpus=torch_gpus(),
-        effective_params={
-            "trace_id": meta.trace_id,
-            "sync": "cuda.synchronize" if device.type == "cuda" else "none",
-            "malloc_env_set": all(malloc.values()),
-        },
-        derived=derived,
+    return torch_measurement(
+        device,
+        samples,
+        iterations,
+        metrics,
+        threads,
+        {"trace_id": meta.trace_id, "malloc_env_set": all(malloc.values())},
+        derived,
     )
 
 

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from kaliper.errors import InputError, Interrupted, RunsFailedError
 
-HEADLINE_METRICS = ("images_per_s_total", "images_per_s", "gflops")
+HEADLINE_METRICS = ("images_per_s_total", "images_per_s", "gflops", "step_time")
 
 
 def validate(specs: Annotated[list[Path], typer.Argument(help="Spec files to check.")]) -> None:

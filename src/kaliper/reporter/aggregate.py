@@ -14,24 +14,27 @@ from __future__ import annotations
 
 import functools
 import math
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
-from kaliper.analysis.statistics import RunStats, TrialStats, run_stats_many, trial_stats
-from kaliper.analysis.terms import DEFAULT_MIN_QUIET_RUNS
+from kaliper.analysis.statistics import run_stats_many, trial_stats
 from kaliper.configurator import read_experiment, read_trial
-from kaliper.errors import InputError
 from kaliper.jobs.kubeflow import primary_replica, replica_name, run_status
 from kaliper.reporter.bulk import bulk
+from kaliper.reporter.model import (
+    MEASURED,
+    ExperimentResult,
+    RunResult,
+    TrialMetric,
+    TrialResult,
+    min_quiet_runs,
+    run_medians,
+)
 from kaliper.reporter.recovered import recover_from_logs
 from kaliper.reporter.stats_cache import decode_runs, decode_trials, encode_run, encode_trial
-from kaliper.reporter.views import Interner, LaunchView, RecordView
+from kaliper.reporter.views import Interner
+from kaliper.reporter.workers import ENV_WORKERS, PARALLEL_RUNS, LoadPool, inherited_storage, report_workers
 from kaliper.results.compact import SamplesCodec, TrialSamples, document_keys, open_samples
 from kaliper.results.documents import ExperimentDoc, TrialDoc
-from kaliper.results.environment import EnvironmentDoc
 from kaliper.results.protocol import RESULT_LINE_PREFIX
 from kaliper.results.record import RecordLoader
 from kaliper.storage import Storage, layout
@@ -39,125 +42,24 @@ from kaliper.storage.readahead import ReadAhead
 from kaliper.workloads.extraction import TIME_TO_TRAIN
 from kaliper.workloads.rules import WALL_TIME, ExtractionRules
 
-MEASURED = ("ok", "not_converged")
-ENV_WORKERS = "KALIPER_REPORT_WORKERS"
-PARALLEL_RUNS = 2000  # runs in an experiment from which the reporter loads it with several processes
+# The model lives in kaliper.reporter.model; it is importable from here as it always was.
+__all__ = [
+    "ENV_WORKERS",
+    "MEASURED",
+    "PARALLEL_RUNS",
+    "ExperimentResult",
+    "RunResult",
+    "TrialMetric",
+    "TrialResult",
+    "in_declared_order",
+    "load_experiment",
+    "load_trials",
+    "min_quiet_runs",
+    "report_workers",
+    "run_medians",
+    "trial_metrics",
+]
 READ_AHEAD_TRIALS = 20  # trials whose documents are fetched at once from an object store (ReadAhead)
-
-
-@dataclass(slots=True)
-class RunResult:
-    repetition: int
-    status: str  # ok | not_converged | failed | timeout | missing
-    error: str | None
-    launch: LaunchView | None
-    primary: RecordView | None
-    records: list[RecordView] = field(default_factory=list)
-    # Replica ("master-0") → where its record was recovered from, for records that could not be stored
-    # and were taken from the `KALIPER_RESULT` line of the replica's captured stdout instead.
-    recovered: dict[str, str] = field(default_factory=dict)
-    # The run's resources block (kaliper.results.resources): stored, queried, or why there is none.
-    resources: dict[str, Any] | None = None
-    # The primary record's spread per metric (median CI, IQR, MAD jitter, CV), when it measured.
-    stats: dict[str, RunStats] = field(default_factory=dict)
-    # What the run saw of its neighbours and its verdict (environment.json); None: not measured (old runs,
-    # or a cluster run Prometheus has not been asked about yet: the reporter may set it).
-    environment: EnvironmentDoc | None = None
-
-    @property
-    def measured(self) -> bool:
-        return self.status in MEASURED and self.primary is not None
-
-    @property
-    def contended(self) -> bool:
-        return self.environment is not None and self.environment.verdict == "contended"
-
-    @property
-    def interference(self) -> str:
-        """quiet | contended | unknown (no environment document)."""
-        return self.environment.verdict if self.environment is not None else "unknown"
-
-
-@dataclass(slots=True)
-class TrialMetric:
-    unit: str
-    direction: str
-    formula: str | None
-    median: float
-    ci_low: float
-    ci_high: float
-    ci_level: float
-    n_runs: int
-    n_samples: int
-    stats: TrialStats | None = None  # variance components and the Kalibera & Jones advice
-
-
-@dataclass(slots=True)
-class TrialResult:
-    doc: TrialDoc
-    runs: list[RunResult]
-    metrics: dict[str, TrialMetric]  # over `counted` runs
-    include_contended: bool = False  # whether contended runs count in `metrics` (and comparisons)
-
-    @property
-    def measured_runs(self) -> list[RunResult]:
-        return [r for r in self.runs if r.measured and r.primary is not None]
-
-    @property
-    def counted(self) -> list[RunResult]:
-        """The measured runs the statistics use: quiet and unknown ones, contended ones only if included."""
-        return [r for r in self.measured_runs if self.include_contended or not r.contended]
-
-    @property
-    def left_out(self) -> list[RunResult]:
-        """Measured runs left out of the statistics (contended, not included)."""
-        return [] if self.include_contended else [r for r in self.measured_runs if r.contended]
-
-    @property
-    def has_environment(self) -> bool:
-        return any(r.environment is not None for r in self.runs)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        statuses = [r.status for r in self.runs]
-        return {s: statuses.count(s) for s in ("ok", "not_converged", "failed", "timeout", "missing")}
-
-    @property
-    def first_record(self) -> RecordView | None:
-        """The first measured run's primary record: the trial's stack and hardware."""
-        return next((r.primary for r in self.runs if r.measured and r.primary is not None), None)
-
-    @property
-    def status(self) -> str:
-        measured = sum(1 for r in self.runs if r.measured)
-        if measured == len(self.runs):
-            return "ok"
-        if measured == 0:
-            return "missing" if all(r.status == "missing" for r in self.runs) else "failed"
-        return "partial"
-
-
-@dataclass(slots=True)
-class ExperimentResult:
-    experiment: ExperimentDoc
-    trials: list[TrialResult]
-    include_contended: bool = False
-
-    @property
-    def has_environment(self) -> bool:
-        """Whether any run has an environment document: only then do reports say anything about
-        interference (an experiment from before it existed reports exactly as it always did)."""
-        return any(t.has_environment for t in self.trials)
-
-    @property
-    def min_quiet_runs(self) -> int:
-        return min_quiet_runs(self.experiment)
-
-    def all_runs(self) -> list[tuple[TrialResult, RunResult]]:
-        return [(t, r) for t in self.trials for r in t.runs]
-
-    def all_records(self) -> list[RecordView]:
-        return [rec for _t, r in self.all_runs() for rec in r.records]
 
 
 def _load_run(
@@ -255,13 +157,6 @@ def _run_stats(measured: list[RunResult], docs: TrialSamples | None = None) -> N
                 docs.keep_run_stats(relative, {n: encode_run(s) for n, s in run.stats.items()})
 
 
-def min_quiet_runs(experiment: ExperimentDoc) -> int:
-    """Quiet runs a trial needs for a verdict: spec `sampling.interference.min_quiet_runs`, else 2."""
-    section = experiment.sampling.get("interference")
-    value = section.get("min_quiet_runs") if isinstance(section, dict) else None
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else DEFAULT_MIN_QUIET_RUNS
-
-
 def _trial_metrics(
     runs: list[RunResult], include_contended: bool = False, docs: TrialSamples | None = None
 ) -> dict[str, TrialMetric]:
@@ -349,8 +244,10 @@ def _load_trials(
     trial_ids: list[str],
     by_run: ByRun | None,
     include_contended: bool = False,
+    light: bool = False,
 ) -> list[TrialResult]:
-    """The trials, from `by_run` (one listing of the whole experiment), or else listing each trial."""
+    """The trials, from `by_run` (one listing of the whole experiment), or else listing each trial;
+    `light`: only what a comparison reads (`for_comparison`) where a trial's samples file is fresh."""
     loader = RecordLoader()  # records share stacks and hardware: validated once, held once
     interner = Interner()  # and each record is kept as a compact view (kaliper.reporter.views)
     codec = SamplesCodec()  # and samples files share them the same way
@@ -386,10 +283,23 @@ def _load_trials(
             )
             for rep in range(experiment.repetitions)
         ]
-        metrics = in_declared_order(_trial_metrics(runs, include_contended, docs), experiment.workload)
-        docs.save(storage)  # with the statistics just computed (or those read)
+        if light and docs.exact and not docs.missing():
+            # Fresh samples file: the trial's statistics as cached, no run statistics, nothing to write.
+            counted = [r for r in runs if r.measured and (include_contended or not r.contended)]
+            metrics = in_declared_order(trial_metrics(counted, docs), experiment.workload)
+            runs = [for_comparison(r) for r in runs]
+        else:
+            metrics = in_declared_order(_trial_metrics(runs, include_contended, docs), experiment.workload)
+            docs.save(storage)  # with the statistics just computed (or those read)
         trials.append(TrialResult(doc, runs, metrics, include_contended))
     return trials
+
+
+def for_comparison(run: RunResult) -> RunResult:
+    """A run as a comparison reads it (kaliper.reporter.compare: status, primary record, environment):
+    a baseline of 100,000 runs held and sent between processes without its other records, launch
+    views and resources blocks."""
+    return RunResult(run.repetition, run.status, run.error, None, run.primary, environment=run.environment)
 
 
 def load_trials(storage: Storage, experiment: ExperimentDoc, trial_ids: list[str]) -> list[TrialResult]:
@@ -416,41 +326,32 @@ def in_declared_order(metrics: dict[str, TrialMetric], workload: dict[str, Any])
     return {n: metrics[n] for n in [*first, *rest, *([WALL_TIME] if WALL_TIME in metrics else [])]}
 
 
-# What forked workers load from: set just before the pool forks, so nothing large is pickled to them.
-_SHARED: dict[str, Any] = {}
+# A chunk of trials to load in a pool's process: (experiment, trial ids, their keys by run or None,
+# include_contended, light).
+Chunk = tuple[ExperimentDoc, list[str], "ByRun | None", bool, bool]
 
 
-def _load_chunk(trial_ids: list[str]) -> list[TrialResult]:
-    storage, experiment, by_run, include_contended = _SHARED["load"]
+def _load_chunk(chunk: Chunk) -> list[TrialResult]:
+    experiment, trial_ids, by_run, include_contended, light = chunk
     with bulk():
-        return _load_trials(storage, experiment, trial_ids, by_run, include_contended)
-
-
-def report_workers(runs: int) -> int:
-    """Processes that load an experiment: `KALIPER_REPORT_WORKERS`, else one per usable core (at most
-    8) from PARALLEL_RUNS runs on; one below that, where starting processes costs more than it saves."""
-    configured = os.environ.get(ENV_WORKERS, "").strip()
-    if configured:
-        try:
-            workers = int(configured)
-        except ValueError:
-            raise InputError(f"{ENV_WORKERS}={configured!r}: expected a whole number of processes") from None
-        return max(1, workers)
-    if runs < PARALLEL_RUNS or "fork" not in multiprocessing.get_all_start_methods():
-        return 1
-    return max(
-        1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-    )
+        return _load_trials(inherited_storage(), experiment, trial_ids, by_run, include_contended, light)
 
 
 def load_experiment(
-    storage: Storage, experiment_id: str, workers: int | None = None, include_contended: bool = False
+    storage: Storage,
+    experiment_id: str,
+    workers: int | None = None,
+    include_contended: bool = False,
+    light: bool = False,
+    pool: LoadPool | None = None,
 ) -> ExperimentResult:
     """Every document of an experiment, reduced (see the module docstring); contended runs count in the
-    statistics only with `include_contended`.
+    statistics only with `include_contended`; `light`: each run only as comparisons read it where its
+    trial's samples file is fresh (`for_comparison`: a report's baseline).
 
-    Trials are independent, so large experiments are loaded by `workers` processes (default
-    `report_workers`), chunks of trials each, in order: the result is the same for any number of workers.
+    Trials are independent, so large experiments are loaded by several processes (`pool`, else
+    `workers`, default `report_workers`), chunks of trials each, in order: the result is the same for any
+    number of processes.
     """
     experiment = read_experiment(storage, experiment_id)
     # Keys grouped by run, so each run looks only at its own (linear in the experiment): where listing is
@@ -461,24 +362,39 @@ def load_experiment(
     if not storage.cheap_listing:
         by_run = _by_run(experiment_id, storage.list(layout.experiment_prefix(experiment_id) + "/trials"))
     ids = list(experiment.trials)
-    workers = report_workers(len(ids) * experiment.repetitions) if workers is None else workers
+    if pool is not None and pool.storage is storage and workers is None:
+        workers = pool.workers
+    else:
+        pool = None
+        workers = report_workers(len(ids) * experiment.repetitions) if workers is None else workers
     if workers <= 1 or len(ids) < 2:
         with bulk():
-            trials = _load_trials(storage, experiment, ids, by_run, include_contended)
+            trials = _load_trials(storage, experiment, ids, by_run, include_contended, light)
             return ExperimentResult(experiment, trials, include_contended)
     size = max(1, math.ceil(len(ids) / (4 * workers)))  # a few chunks per worker evens out their loads
-    chunks = [ids[i : i + size] for i in range(0, len(ids), size)]
-    _SHARED["load"] = (storage, experiment, by_run, include_contended)
-    try:
-        context = multiprocessing.get_context("fork")
-        with bulk(), ProcessPoolExecutor(min(workers, len(chunks)), mp_context=context) as pool:
-            trials = [trial for chunk in pool.map(_load_chunk, chunks) for trial in chunk]
-    finally:
-        _SHARED.clear()
-    return ExperimentResult(experiment, trials, include_contended)
+    parts = [ids[i : i + size] for i in range(0, len(ids), size)]
+    chunks: list[Chunk] = [
+        (experiment, part, keys, include_contended, light)
+        for part, keys in zip(parts, _split(by_run, parts), strict=True)
+    ]
+    with bulk():
+        if pool is not None:
+            loaded = pool.map(_load_chunk, chunks)
+        else:
+            with LoadPool(storage, min(workers, len(chunks))) as own:
+                loaded = own.map(_load_chunk, chunks)
+    return ExperimentResult(experiment, [trial for chunk in loaded for trial in chunk], include_contended)
 
 
-def run_medians(run: RunResult) -> dict[str, Any]:
-    if run.primary is None or not run.measured:
-        return {}
-    return {name: metric.median for name, metric in run.primary.metrics.items()}
+def _split(by_run: ByRun | None, parts: list[list[str]]) -> list[ByRun | None]:
+    """The part of `by_run` of each part's trials (what a chunk's process needs of the listing)."""
+    if by_run is None:
+        return [None] * len(parts)
+    part_of = {trial: number for number, part in enumerate(parts) for trial in part}
+    out: list[ByRun | None] = [{} for _ in parts]
+    for key, keys in by_run.items():
+        number = part_of.get(key[0])
+        target = out[number] if number is not None else None
+        if target is not None:
+            target[key] = keys
+    return out

@@ -23,6 +23,7 @@ from kaliper.errors import InputError, KaliperError
 from kaliper.reporter.aggregate import ExperimentResult, load_experiment
 from kaliper.reporter.compare import ExperimentComparison, PairedMetric, Side, compare_results
 from kaliper.reporter.stackdiff import StackDifference, representative_stack, stack_difference
+from kaliper.reporter.workers import LoadPool
 from kaliper.results.documents import EXPERIMENT_SCHEMA, ExperimentDoc, load_versioned
 from kaliper.spec.services import EXPERIMENT_ID, ReportSpec
 from kaliper.storage import Storage, layout
@@ -112,7 +113,9 @@ def previous_experiment(storage: Storage, experiment: ExperimentDoc) -> str | No
     return None
 
 
-def _baseline(storage: Storage, result: ExperimentResult, settings: ReportSpec) -> ReportComparisons:
+def _baseline(
+    storage: Storage, result: ExperimentResult, settings: ReportSpec, pool: LoadPool | None = None
+) -> ReportComparisons:
     exp = result.experiment
     if settings.baseline == "none":
         return ReportComparisons(settings, baseline_note="no baseline (the spec's report.baseline is none)")
@@ -135,9 +138,18 @@ def _baseline(storage: Storage, result: ExperimentResult, settings: ReportSpec) 
                 settings, baseline=base, baseline_note=f"baseline {base} not found in {storage.url}"
             )
     try:
-        base_result = load_experiment(storage, base, include_contended=result.include_contended)
+        # Only what the comparison reads of the baseline (`light`), by the report's processes (`pool`).
+        base_result = load_experiment(
+            storage, base, include_contended=result.include_contended, light=True, pool=pool
+        )
         compared = compare_results(
-            base_result, Side(base, None), result, Side(exp.id, None), settings.threshold, settings.alpha
+            base_result,
+            Side(base, None),
+            result,
+            Side(exp.id, None),
+            settings.threshold,
+            settings.alpha,
+            pool,
         )
     except InputError as exc:  # not comparable, or the baseline's documents cannot be read
         return ReportComparisons(settings, baseline=base, baseline_note=f"not compared with {base}: {exc}")
@@ -172,10 +184,13 @@ def _stacks(
     return out, "; ".join(notes) or None, differences
 
 
-def compare_for_report(storage: Storage, result: ExperimentResult) -> ReportComparisons:
-    """The report's comparisons (summary.json, report.md, report.html and the push show them)."""
+def compare_for_report(
+    storage: Storage, result: ExperimentResult, pool: LoadPool | None = None
+) -> ReportComparisons:
+    """The report's comparisons (summary.json, report.md, report.html and the push show them); the
+    baseline is loaded by `pool`'s processes where it is given."""
     settings = report_settings(result.experiment)
-    found = _baseline(storage, result, settings)
+    found = _baseline(storage, result, settings, pool)
     stacks, note, differences = _stacks(result, settings)
     return ReportComparisons(
         settings, found.baseline, found.against_baseline, found.baseline_note, stacks, note, differences

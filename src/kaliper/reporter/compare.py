@@ -27,11 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from kaliper.analysis.terms import DEFAULT_ALPHA, DEFAULT_THRESHOLD
+from kaliper.analysis.terms import DEFAULT_ALPHA, DEFAULT_THRESHOLD, Direction
 from kaliper.analysis.verdicts import (
+    COMPARE_BATCH,
     RatioComparison,
     adjust_family,
-    compare,
+    compare_many,
     hold_inconclusive,
     quiet_shortfall,
 )
@@ -40,9 +41,11 @@ from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult,
 from kaliper.reporter.contended import left_out_note, quiet_count
 from kaliper.reporter.fingerprint import hardware_label
 from kaliper.reporter.formatting import format_number
+from kaliper.reporter.workers import LoadPool
 from kaliper.storage import Storage
 
 COMPARE_SCHEMA = "kaliper.compare/v1"
+_PENDING: Any = None  # a row's statistics until its batch of tests is made (compare_results)
 
 
 class NotComparableError(InputError):
@@ -209,10 +212,12 @@ def compare_results(
     side_b: Side,
     threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
+    pool: LoadPool | None = None,
 ) -> ExperimentComparison:
     """`compare_experiments` on loaded experiments (the reporter compares with its baseline this way).
 
-    Contended runs count only when both results were loaded with `include_contended`."""
+    Contended runs count only when both results were loaded with `include_contended`. With `pool`, the
+    pairs' statistics are made by its processes (the same figures)."""
     name_a = result_a.experiment.workload.get("name")
     name_b = result_b.experiment.workload.get("name")
     if name_a != name_b:
@@ -255,6 +260,7 @@ def compare_results(
                 "to compare two trials whose parameters differ, name them as EXPERIMENT:TRIAL"
             )
     rows: list[PairedMetric] = []
+    items: list[tuple[list[np.ndarray], list[np.ndarray], Direction]] = []  # each row's samples
     held: list[str | None] = []  # per row: why it can only be inconclusive
     min_quiet = max(result_a.min_quiet_runs, result_b.min_quiet_runs)
     for ta, tb in pairs:
@@ -276,11 +282,12 @@ def compare_results(
                 )
             if not runs_a or not runs_b:
                 continue
-            result = compare(runs_a, runs_b, direction, threshold=threshold, alpha=alpha)  # type: ignore[arg-type]
-            if why is not None:
-                result = hold_inconclusive(result, why)
-            rows.append(PairedMetric(ta.doc.id, tb.doc.id, shown, metric, unit, result, info))
+            items.append((runs_a, runs_b, direction))  # type: ignore[arg-type]
+            rows.append(PairedMetric(ta.doc.id, tb.doc.id, shown, metric, unit, _PENDING, info))
             held.append(why)
+            if len(items) >= COMPARE_BATCH and pool is None:
+                _settle(rows, held, items, threshold, alpha)
+    _settle(rows, held, items, threshold, alpha, pool)
     if not rows:
         raise NotComparableError(
             f"nothing to compare: no metric was measured on both {side_a.label} and {side_b.label}"
@@ -291,6 +298,41 @@ def compare_results(
         row.stats = replace(stats, note=f"{stats.note}; {left}") if left else stats
     include = result_a.include_contended and result_b.include_contended
     return ExperimentComparison(side_a.label, side_b.label, threshold, differing, rows, unpaired, include)
+
+
+Batch = tuple[list[tuple[list[np.ndarray], list[np.ndarray], Direction]], float, float]
+
+
+def _compare_batch(batch: Batch) -> list[RatioComparison]:
+    """compare_many in a pool's process."""
+    items, threshold, alpha = batch
+    return compare_many(items, threshold=threshold, alpha=alpha)
+
+
+def _settle(
+    rows: list[PairedMetric],
+    held: list[str | None],
+    items: list[tuple[list[np.ndarray], list[np.ndarray], Direction]],
+    threshold: float,
+    alpha: float,
+    pool: LoadPool | None = None,
+) -> None:
+    """The statistics of the last len(items) rows, made a batch at a time (compare_many: the same
+    figures as `compare` one pair at a time; only a batch's samples and replicates held at once), by
+    `pool`'s processes where it is given (the comparisons are independent)."""
+    if not items:
+        return
+    start = len(rows) - len(items)
+    if pool is None:
+        found = compare_many(items, threshold=threshold, alpha=alpha)
+    else:
+        batches = [
+            (items[i : i + COMPARE_BATCH], threshold, alpha) for i in range(0, len(items), COMPARE_BATCH)
+        ]
+        found = [c for batch in pool.map(_compare_batch, batches) for c in batch]
+    for row, result, why in zip(rows[start:], found, held[start:], strict=True):
+        row.stats = hold_inconclusive(result, why) if why is not None else result
+    items.clear()
 
 
 def compare_document(result: ExperimentComparison) -> dict[str, Any]:

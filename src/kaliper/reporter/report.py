@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from kaliper.analysis.interference import Thresholds
+from kaliper.configurator import read_experiment
 from kaliper.monitoring import prometheus
 from kaliper.monitoring.deadline import Budget, prometheus_budget
 from kaliper.monitoring.interference_promql import query_environment
@@ -27,6 +28,7 @@ from kaliper.reporter.aggregate import (
 from kaliper.reporter.baseline import ReportComparisons, compare_for_report
 from kaliper.reporter.bulk import bulk
 from kaliper.reporter.summary import summary_document
+from kaliper.reporter.workers import pool_for
 from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.results.resources import store_resources, unavailable
 from kaliper.storage import Storage
@@ -40,12 +42,21 @@ class Report:
 
 
 def build_report(storage: Storage, experiment_id: str, include_contended: bool = False) -> Report:
-    """The report object; contended runs count in its statistics only with `include_contended`."""
-    result = load_experiment(storage, experiment_id, include_contended=include_contended)
-    budget = prometheus_budget()  # one deadline for all of the report's Prometheus queries
-    attach_resources(storage, result, budget)
-    attach_environment(storage, result, budget)
-    comparisons = compare_for_report(storage, result)  # against the baseline, and stack against stack
+    """The report object; contended runs count in its statistics only with `include_contended`.
+
+    A large experiment is loaded by processes started here, before it is (kaliper.reporter.workers),
+    and its baseline by the same ones."""
+    experiment = read_experiment(storage, experiment_id)
+    pool = pool_for(storage, len(experiment.trials) * experiment.repetitions)
+    try:
+        result = load_experiment(storage, experiment_id, include_contended=include_contended, pool=pool)
+        budget = prometheus_budget()  # one deadline for all of the report's Prometheus queries
+        attach_resources(storage, result, budget)
+        attach_environment(storage, result, budget)
+        comparisons = compare_for_report(storage, result, pool)  # the baseline, and stack against stack
+    finally:
+        if pool is not None:
+            pool.close()
     with bulk():
         summary = summary_document(result, comparisons)
     return Report(result, comparisons, summary)

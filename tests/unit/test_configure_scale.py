@@ -156,7 +156,7 @@ def test_libyaml_writes_what_pyyaml_writes(manifest: dict[str, Any]) -> None:
         assert manifest_yaml.dump_manifest(manifest) == python_yaml(manifest)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.dictionaries(words, manifests, max_size=6))
 def test_the_block_writer_writes_what_pyyaml_writes(manifest: dict[str, Any]) -> None:
     text = manifest_yaml._block_text(manifest)

@@ -13,6 +13,7 @@ from kaliper.errors import InputError, RunsFailedError
 if TYPE_CHECKING:
     from kaliper.results.documents import LaunchDoc
     from kaliper.steps.chunks import Run
+    from kaliper.storage import Storage as StorageType
 
 step_app = typer.Typer(
     help="Steps of a cluster run (what the workflow's pods execute; not meant to be typed by hand).",
@@ -105,7 +106,7 @@ def step_launch(
     """Create the run's TFJob/PyTorchJob, wait for its Succeeded/Failed condition, record launch.json."""
     from kaliper.steps.chunks import Run
 
-    launch = _launcher(
+    _store, launch = _launcher(
         spec_text,
         storage,
         experiment,
@@ -141,9 +142,8 @@ def step_launch_chunk(
 ) -> None:
     """Launch the runs of one chunk of a large sweep, as `launch` does each (the chunked shape)."""
     from kaliper.steps.chunks import launch_chunk
-    from kaliper.storage import open_storage
 
-    launch = _launcher(
+    store, launch = _launcher(
         spec_text,
         storage,
         experiment,
@@ -154,9 +154,7 @@ def step_launch_chunk(
         mount_path,
         templates_json,
     )
-    outcomes = launch_chunk(
-        open_storage(storage), experiment, chunk, chunk_sha256, launch, concurrency=concurrency
-    )
+    outcomes = launch_chunk(store, experiment, chunk, chunk_sha256, launch, concurrency=concurrency)
     failed = []
     for outcome in outcomes:
         run, doc = outcome.run, outcome.doc
@@ -185,8 +183,9 @@ def _launcher(
     volume_claim: str | None,
     mount_path: str | None,
     templates_json: str | None,
-) -> Callable[[Run], LaunchDoc]:
-    """One run's launch (kaliper.steps.launch.launch_run), checked against the workflow's spec."""
+) -> tuple[StorageType, Callable[[Run], LaunchDoc]]:
+    """The storage and one run's launch (kaliper.steps.launch.launch_run), checked against the workflow's
+    spec; a chunk reads its runs from the same storage."""
     from kaliper.configurator.jobcheck import JobExpectations
     from kaliper.steps.configure import load_step_spec
     from kaliper.steps.launch import launch_run
@@ -212,7 +211,7 @@ def _launcher(
             expect=expect,
         )
 
-    return launch
+    return store, launch
 
 
 def _failure(doc: LaunchDoc) -> str:

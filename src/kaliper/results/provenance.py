@@ -191,6 +191,11 @@ def _cpuinfo() -> tuple[str | None, list[str]]:
     return model, flags
 
 
+def cpu_model() -> str | None:
+    """The CPU model name, as `capture_hardware` records it (without the rest of the capture)."""
+    return _cpuinfo()[0]
+
+
 def cpu_quota_cores() -> float | None:
     """The cgroup v2 CPU limit in cores (what a Kubernetes CPU limit becomes), or None if unlimited."""
     try:

@@ -24,7 +24,6 @@ class FileStorage(Storage):
     """
 
     cheap_listing = True
-    batched_puts = True  # put_many stages every object, then syncs the file system once (write_plan)
 
     def __init__(self, root: Path, url: str) -> None:
         self.root = root

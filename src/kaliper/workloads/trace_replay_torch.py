@@ -21,6 +21,7 @@ import time
 from typing import Any, Final
 
 from kaliper.errors import TraceError, WorkloadError
+from kaliper.results.provenance import cpu_model
 from kaliper.trace import MALLOC_ENV
 from kaliper.workloads.measurement import Measurement, MetricDef
 from kaliper.workloads.sampling import SamplingRule, collect
@@ -97,7 +98,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
     }
     malloc = {name: os.environ.get(name) for name in MALLOC_ENV}
     recorded = meta.provenance
-    here_cpu = _cpu_model()
+    here_cpu = cpu_model()
     there_cpu = (recorded.get("hardware") or {}).get("cpu_model")
     derived: dict[str, Any] = {
         "trace": {
@@ -162,11 +163,7 @@ def _non_finite(slots: list[Any]) -> bool:
 def _recorded_torch(provenance: dict[str, Any]) -> str | None:
     stack = provenance.get("stack") or {}
     build = stack.get("framework_build") or {}
-    found = build.get("torch") or stack.get("torch") or (stack.get("packages") or {}).get("torch")
+    packages = stack.get("packages") or []  # a record's stack: [{name, version}, ...]
+    listed = (p.get("version") for p in packages if isinstance(p, dict) and p.get("name") == "torch")
+    found = build.get("torch") or stack.get("torch") or next(listed, None)
     return None if found is None else str(found)
-
-
-def _cpu_model() -> str | None:
-    from kaliper.results.provenance import capture_hardware
-
-    return capture_hardware().cpu_model

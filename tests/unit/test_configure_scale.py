@@ -130,6 +130,36 @@ def test_render_keeps_the_order_with_one_evaluator_for_many_calls(tmp_path: Path
     assert values == [{"n": (i + 0.5) * 2, "t": f"t{i:03d}"} for i in range(400)]
 
 
+def test_render_hands_each_batch_to_on_values_as_it_arrives(tmp_path: Path) -> None:
+    template = tmp_path / "t.jsonnet"
+    template.write_text("function(run, params) {n: params.n, t: run.trial}\n")
+    arguments = [{"run": {"trial": f"t{i:03d}"}, "params": {"n": i}} for i in range(400)]
+    seen: dict[int, Any] = {}
+
+    def on_values(start: int, values: list[Any]) -> None:
+        for offset, value in enumerate(values):
+            assert start + offset not in seen
+            seen[start + offset] = value
+
+    with TemplateEvaluator() as evaluator:
+        values = evaluator.render(
+            template, [tmp_path], arguments, [a["run"]["trial"] for a in arguments], on_values
+        )
+    assert [seen[i] for i in range(400)] == values
+
+
+def test_configure_dumps_job_yaml_while_rendering_and_validate_does_not(tmp_path: Path) -> None:
+    """Each trial's job.yaml is made as its batch arrives (what write_plan then stores), and is the text
+    dump_manifest makes of the trial's manifest; `dump=False` (validate) makes none."""
+    loaded = spec_from_text(SWEEP, "sweep.yaml", tmp_path)
+    plan = configure(loaded, experiment_id="sweep-x", storage_url="file:///results", now=NOW)
+    assert all(t.dumped is not None for t in plan.trials)
+    assert all(t.job_yaml == manifest_yaml.dump_manifest(t.manifest) for t in plan.trials[::37])
+    checked = configure(loaded, experiment_id="sweep-x", storage_url="file:///results", now=NOW, dump=False)
+    assert all(t.dumped is None for t in checked.trials)
+    assert [t.job_yaml for t in checked.trials[::37]] == [t.job_yaml for t in plan.trials[::37]]
+
+
 # --- libyaml writes what PyYAML writes, for the manifests it is used on --------------------------------
 
 words = st.one_of(

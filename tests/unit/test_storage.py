@@ -138,6 +138,39 @@ def test_no_temp_files_left_behind(store: FileStorage) -> None:
     assert len(all_files(store.root)) == 20
 
 
+def test_list_walks_like_os_walk(store: FileStorage, tmp_path: Path) -> None:
+    """Keys of every file below the prefix, in order; a symlink to a folder is not entered (nor listed),
+    a symlink to a file is listed, an unreadable folder is skipped; the same keys os.walk gives."""
+    for key in ("e/t1/runs/0/a.json", "e/t1/runs/1/b.json", "e/t1/trial.json", "e/t2/runs/0/a.json"):
+        store.put(key, b"{}")
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "x.json").write_text("{}")
+    (store.root / "e" / "t2" / "linked").symlink_to(outside, target_is_directory=True)
+    (store.root / "e" / "t2" / "file-link.json").symlink_to(outside / "deep" / "x.json")
+    walked = sorted(
+        os.path.relpath(os.path.join(folder, name), store.root)
+        for folder, _dirs, names in os.walk(store.root / "e")
+        for name in names
+    )
+    expected = [
+        "e/t1/runs/0/a.json",
+        "e/t1/runs/1/b.json",
+        "e/t1/trial.json",
+        "e/t2/file-link.json",
+        "e/t2/runs/0/a.json",
+    ]
+    assert store.list("e") == walked == expected
+    assert store.list("e/t1/runs") == expected[:2]
+    if os.geteuid() != 0:  # root reads any folder
+        locked = store.root / "e" / "t1" / "runs" / "1"
+        locked.chmod(0)
+        try:
+            assert store.list("e/t1") == ["e/t1/runs/0/a.json", "e/t1/trial.json"]
+        finally:
+            locked.chmod(0o755)
+
+
 def test_list_ignores_temp_files(store: FileStorage) -> None:
     store.put("runs/0/master-0.json", b"{}")
     # What a writer that crashed between mkstemp and link would leave behind.

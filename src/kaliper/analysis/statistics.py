@@ -28,6 +28,7 @@ import numpy as np
 from scipy.special import bdtr, bdtrc  # binomial CDF; lighter to import than scipy.stats in every workload
 
 from kaliper.analysis.terms import DEFAULT_CONFIDENCE, DEFAULT_TARGET_REL_CI
+from kaliper.fastpickle import quick_pickle
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261121
@@ -309,6 +310,7 @@ def hierarchical_bootstrap_median(
 # ---------------------------------------------------------------------------------------- one run
 
 
+@quick_pickle
 @dataclass(frozen=True, slots=True)
 class RunStats:
     """Summary of one run's timed samples."""
@@ -388,6 +390,7 @@ def run_stats_many(runs: Sequence[np.ndarray], confidence: float = DEFAULT_CONFI
 # ---------------------------------------------------------------------------------------- one trial
 
 
+@quick_pickle
 @dataclass(frozen=True)
 class TrialStats:
     """A trial's runs: the headline median with its CI, variance components and where effort pays off."""

@@ -29,7 +29,7 @@ def validate(specs: Annotated[list[Path], typer.Argument(help="Spec files to che
     for path in specs:
         try:
             loaded = load_spec(path)
-            plan = configure(loaded)
+            plan = configure(loaded, dump=False)  # nothing written: no job.yaml made
         except InputError as exc:
             failures += 1
             print(f"error: {exc}", file=sys.stderr)

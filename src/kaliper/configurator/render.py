@@ -25,7 +25,7 @@ import os
 import re
 import select
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -174,15 +174,18 @@ class TemplateEvaluator:
         roots: Sequence[Path],
         arguments: Sequence[dict[str, Any]],
         labels: Sequence[str],
+        on_values: Callable[[int, list[Any]], None] | None = None,
     ) -> list[Any]:
         """The value of `template` for each argument set (labels: trial ids, for errors); batched.
 
         Every argument set names the same arguments. The first is evaluated alone; each answer's
-        evaluation time sizes the next batches (about BATCH_SHARE of the time limit each)."""
+        evaluation time sizes the next batches (about BATCH_SHARE of the time limit each).
+        `on_values(start, values)`: called with each batch's values as they arrive, after the workers
+        have their next batches (work for this process while they evaluate: it must not raise)."""
         template = template.resolve()
         if not template.is_file():
             raise TemplateError(f"{template}: no such template file")
-        batches = self._run(template, roots, arguments, labels)
+        batches = self._run(template, roots, arguments, labels, on_values)
         values: list[Any] = []
         for batch in batches:  # in order: the first failing trial is the one reported, as one worker would
             if batch.failure is not None:
@@ -198,6 +201,7 @@ class TemplateEvaluator:
         roots: Sequence[Path],
         arguments: Sequence[dict[str, Any]],
         labels: Sequence[str],
+        on_values: Callable[[int, list[Any]], None] | None = None,
     ) -> list[_Batch]:
         """Every batch with its answer or failure. The first trial goes alone; once its time is known, a
         second worker joins (`worker_count()`) while more than a batch is left. None is sent after a
@@ -206,6 +210,7 @@ class TemplateEvaluator:
         idle, busy = [self._worker(0)], dict[int, tuple[WorkerProcess, _Batch, float]]()
         most = 1 if self.reference else worker_count()
         start, size, tail, failed = 0, 1, 0, False
+        arrived: list[_Batch] = []  # answered, not yet handed to on_values
         while True:
             while not failed and start < len(arguments):
                 left, running = len(arguments) - start, len(idle) + len(busy)
@@ -222,6 +227,11 @@ class TemplateEvaluator:
                 busy[worker.fileno()] = (worker, batch, time.perf_counter())
                 batches.append(batch)
                 start = batch.stop
+            if on_values is not None:  # the workers are busy with their next batches meanwhile
+                for done in arrived:
+                    if done.answer is not None and isinstance(done.answer.get("ok"), list):
+                        on_values(done.start, done.answer["ok"])
+            arrived.clear()
             if not busy:
                 return batches
             wait = min(worker.remaining_s() for worker, _, _ in busy.values())
@@ -236,6 +246,7 @@ class TemplateEvaluator:
                 seconds = float((batch.answer or {}).get("seconds", time.perf_counter() - sent))
                 size = self._batch_size(seconds, batch.stop - batch.start)
                 idle.append(worker)
+                arrived.append(batch)
 
     def _batch_size(self, seconds: float, items: int) -> int:
         per_item = max(seconds / items, 1e-4)

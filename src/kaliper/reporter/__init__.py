@@ -51,6 +51,24 @@ def _stored_report(storage: Storage, experiment_id: str) -> dict[str, bytes | No
     return {name: storage.get(prefix + name) for name in names}
 
 
+def _compare_stored(
+    storage: Storage, experiment_id: str, files: dict[str, bytes]
+) -> tuple[list[str], set[str]]:
+    """The report files stored now with other bytes than `files` (`differing`), and those stored with the
+    same bytes; each stored file is read and dropped in turn, so a large report's old files (tens of MiB)
+    are not held beside the new ones."""
+    prefix = layout.report_prefix(experiment_id) + "/"
+    stored = {k[len(prefix) :] for k in storage.list(prefix) if "/" not in k[len(prefix) :]}
+    changed, same = [], set()
+    for name in files:
+        if name in stored:
+            if differing(files, {name: storage.get(prefix + name)}):
+                changed.append(name)
+            else:
+                same.add(name)
+    return changed, same
+
+
 def write_report(
     storage: Storage, experiment_id: str, replace: bool = False, include_contended: bool = False
 ) -> ReportPaths:
@@ -80,8 +98,7 @@ def _write_report(
         "report.md": report_markdown(report).encode(),
         "report.html": report_html(report).encode(),
     }
-    old = _stored_report(storage, experiment_id)
-    changed = differing(files, old)
+    changed, same = _compare_stored(storage, experiment_id, files)
     replaced = None
     if changed and not replace:
         first = storage.location(layout.report_key(experiment_id, changed[0]))
@@ -95,7 +112,9 @@ def _write_report(
         )
     if changed:
         stamp = datetime.now(UTC).strftime(STAMP_FORMAT)
-        for name, data in old.items():  # the whole old report, kept before anything is rewritten
+        for name, data in _stored_report(
+            storage, experiment_id
+        ).items():  # the whole old report, kept before anything is rewritten
             if data is not None:
                 storage.put(layout.replaced_key(experiment_id, stamp, name), data)
         replaced = storage.location(f"{layout.report_prefix(experiment_id)}/{layout.REPLACED_FOLDER}/{stamp}")
@@ -103,7 +122,7 @@ def _write_report(
         key = layout.report_key(experiment_id, name)
         if name in changed:
             storage.replace(key, data)
-        else:
+        elif name not in same:  # stored with these bytes already: nothing to write
             storage.put(key, data)
     push_summary(report)  # only when a Pushgateway is configured; never fails the report
     where = {name: storage.location(layout.report_key(experiment_id, name)) for name in files}

@@ -96,14 +96,14 @@ def md_fence(text: str, indent: str = "") -> list[str]:
 
 
 # Cells a spreadsheet would read as a formula (OWASP, "CSV Injection"): text starting with one of these.
-_FORMULA_START = frozenset("=+-@\t\r")
+FORMULA_START = frozenset("=+-@\t\r")
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 def csv_cell(value: Any) -> Any:
     """A results.csv cell: text that would start a formula gets a leading `'`; numbers (and text that is
     just a number, such as "-5") stay as they are so they stay numeric."""
-    if isinstance(value, str) and value[:1] in _FORMULA_START and not _NUMBER.fullmatch(value):
+    if isinstance(value, str) and value[:1] in FORMULA_START and not _NUMBER.fullmatch(value):
         return "'" + value
     return value
 

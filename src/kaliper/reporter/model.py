@@ -10,6 +10,7 @@ from typing import Any
 
 from kaliper.analysis.statistics import RunStats, TrialStats
 from kaliper.analysis.terms import DEFAULT_MIN_QUIET_RUNS
+from kaliper.fastpickle import quick_pickle
 from kaliper.reporter.views import LaunchView, RecordView
 from kaliper.results.documents import ExperimentDoc, TrialDoc
 from kaliper.results.environment import EnvironmentDoc
@@ -17,6 +18,7 @@ from kaliper.results.environment import EnvironmentDoc
 MEASURED = ("ok", "not_converged")
 
 
+@quick_pickle
 @dataclass(slots=True)
 class RunResult:
     repetition: int
@@ -50,6 +52,7 @@ class RunResult:
         return self.environment.verdict if self.environment is not None else "unknown"
 
 
+@quick_pickle
 @dataclass(slots=True)
 class TrialMetric:
     unit: str
@@ -64,6 +67,7 @@ class TrialMetric:
     stats: TrialStats | None = None  # variance components and the Kalibera & Jones advice
 
 
+@quick_pickle
 @dataclass(slots=True)
 class TrialResult:
     doc: TrialDoc

@@ -20,6 +20,7 @@ from kaliper.errors import redactor
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult, run_medians
 from kaliper.reporter.contended import left_out_note, method_note, run_label, run_reason
 from kaliper.reporter.formatting import (
+    FORMULA_START,
     RESOURCE_COLUMNS,
     csv_cell,
     format_bytes,
@@ -96,7 +97,10 @@ def results_csv(report: Report) -> str:
             row += [run.interference, run_reason(run)]
         if stacked:
             row.append(stack_of.get(rec.trial, ""))
-        writer.writerow([csv_cell(cell) for cell in row])
+        # csv_cell's test, inlined for the cells it leaves alone (all but a few of 2,900,000 at 100,000 runs)
+        writer.writerow(
+            [c if not isinstance(c, str) or c[:1] not in FORMULA_START else csv_cell(c) for c in row]
+        )
     return out.getvalue()
 
 

@@ -205,9 +205,9 @@ def _batch(
     """The rows of some trials as one record batch (their sort keys appended to `keys`)."""
     import pyarrow as pa
 
-    heads: list[list[Any]] = [[] for _ in _HEAD]
-    params_: list[list[Any]] = [[] for _ in names]
-    tails: list[list[Any]] = [[] for _ in _TAIL]
+    head_rows: list[list[Any]] = []  # per row, the run's head (one list shared by its rows)
+    param_rows: list[list[Any]] = []  # per row, the trial's parameters (shared likewise)
+    tail_rows: list[tuple[Any, ...]] = []
     for trial in trials:
         first = trial.first_record
         fingerprint_ = fingerprint(trial.doc, first) if first else None  # the same for its every run
@@ -215,17 +215,23 @@ def _batch(
         for run in trial.runs:
             head = _run_head(trial, run, counted, fingerprint_)
             for tail in _run_tails(run):
-                for column, value in zip(heads, head, strict=True):
-                    column.append(value)
-                for column, value in zip(params_, params, strict=True):
-                    column.append(value)
-                for column, value in zip(tails, tail, strict=True):
-                    column.append(value)
+                head_rows.append(head)
+                param_rows.append(params)
+                tail_rows.append(tail)
                 keys.append((trial.doc.id, run.repetition, tail[0] or ""))
+    # Columns by transposing the rows (zip, in C) rather than appending cell by cell.
+    heads = _columns(head_rows, len(_HEAD))
+    params_ = _columns(param_rows, len(names))
+    tails = _columns(tail_rows, len(_TAIL))
     lists = [*heads, *params_, *tails[:-1]]
     kinds_ = [kind for _name, kind in (*_HEAD, *((n, kinds[n]) for n in names), *_TAIL[:-1])]
     arrays = [arrow_column(values, kind) for values, kind in zip(lists, kinds_, strict=True)]
     return pa.RecordBatch.from_arrays([*arrays, list_column(tails[-1])], schema=schema)
+
+
+def _columns(rows: list[Any], width: int) -> list[list[Any]]:
+    """Rows of `width` values as `width` columns."""
+    return [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
 
 
 def pool() -> pa.MemoryPool:

@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 from pydantic import TypeAdapter
 
+from kaliper.fastpickle import quick_pickle
 from kaliper.jobs.kubeflow import replica_name
 from kaliper.results.documents import FailureInfo, LaunchDoc
 from kaliper.results.record import Hardware, ResultRecord, Stack, WorkloadInfo
@@ -48,6 +49,7 @@ def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+@quick_pickle
 @dataclass(frozen=True, slots=True)
 class MetricView:
     unit: str
@@ -65,6 +67,7 @@ class MetricView:
         return np.frombuffer(self.raw, dtype=np.float64)
 
 
+@quick_pickle
 @dataclass(frozen=True, slots=True)
 class RecordView:
     experiment: str
@@ -91,6 +94,7 @@ class RecordView:
         return replica_name(self.replica_type, self.replica_index)
 
 
+@quick_pickle
 @dataclass(frozen=True, slots=True)
 class LaunchView:
     status: str  # succeeded | failed

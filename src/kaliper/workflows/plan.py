@@ -192,7 +192,12 @@ def bundled_templates(loaded: LoadedSpec) -> str | None:
         return None
     text = check_bundle_size(bundle, loaded.source)
     with materialized(bundle) as root:
-        configure(spec_from_text(loaded.text, loaded.source, root), "compile-check", "file:///compile-check")
+        configure(
+            spec_from_text(loaded.text, loaded.source, root),
+            "compile-check",
+            "file:///compile-check",
+            dump=False,
+        )
     return text
 
 

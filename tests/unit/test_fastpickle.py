@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 import kaliper.reporter.aggregate as aggregate
+from kaliper.analysis.pickling import quick_pickle
 from kaliper.analysis.statistics import RunStats, TrialStats
-from kaliper.fastpickle import quick_pickle
 from kaliper.reporter.model import RunResult, TrialMetric, TrialResult
 from kaliper.reporter.views import LaunchView, MetricView, RecordView
 from kaliper.storage import open_storage

@@ -27,8 +27,8 @@ from typing import Literal
 import numpy as np
 from scipy.special import bdtr, bdtrc  # binomial CDF; lighter to import than scipy.stats in every workload
 
+from kaliper.analysis.pickling import quick_pickle
 from kaliper.analysis.terms import DEFAULT_CONFIDENCE, DEFAULT_TARGET_REL_CI
-from kaliper.fastpickle import quick_pickle
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261121

@@ -22,6 +22,7 @@ from datetime import datetime
 from kaliper.errors import InputError, KaliperError
 from kaliper.reporter.aggregate import ExperimentResult, load_experiment
 from kaliper.reporter.compare import ExperimentComparison, PairedMetric, Side, compare_results
+from kaliper.reporter.compare_cache import ComparisonCache
 from kaliper.reporter.stackdiff import StackDifference, representative_stack, stack_difference
 from kaliper.reporter.workers import LoadPool
 from kaliper.results.documents import EXPERIMENT_SCHEMA, ExperimentDoc, load_versioned
@@ -150,6 +151,7 @@ def _baseline(
             settings.threshold,
             settings.alpha,
             pool,
+            ComparisonCache(storage, exp.id),  # a rerun reads the figures instead of bootstrapping again
         )
     except InputError as exc:  # not comparable, or the baseline's documents cannot be read
         return ReportComparisons(settings, baseline=base, baseline_note=f"not compared with {base}: {exc}")
@@ -157,7 +159,7 @@ def _baseline(
 
 
 def _stacks(
-    result: ExperimentResult, settings: ReportSpec
+    result: ExperimentResult, settings: ReportSpec, cache: ComparisonCache | None = None
 ) -> tuple[list[ExperimentComparison], str | None, list[StackDifference]]:
     names = list(dict.fromkeys(t.doc.stack.name for t in result.trials))
     if len(names) < 2:
@@ -175,6 +177,7 @@ def _stacks(
                     Side(exp, None, name),
                     settings.threshold,
                     settings.alpha,
+                    cache=cache,
                 )
             )
         except InputError as exc:
@@ -191,7 +194,7 @@ def compare_for_report(
     baseline is loaded by `pool`'s processes where it is given."""
     settings = report_settings(result.experiment)
     found = _baseline(storage, result, settings, pool)
-    stacks, note, differences = _stacks(result, settings)
+    stacks, note, differences = _stacks(result, settings, ComparisonCache(storage, result.experiment.id))
     return ReportComparisons(
         settings, found.baseline, found.against_baseline, found.baseline_note, stacks, note, differences
     )

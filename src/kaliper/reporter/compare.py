@@ -38,6 +38,7 @@ from kaliper.analysis.verdicts import (
 )
 from kaliper.errors import InputError, NotFoundError
 from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult, load_experiment
+from kaliper.reporter.compare_cache import ComparisonCache, FamilyDigest
 from kaliper.reporter.contended import left_out_note, quiet_count
 from kaliper.reporter.fingerprint import hardware_label
 from kaliper.reporter.formatting import format_number
@@ -213,11 +214,13 @@ def compare_results(
     threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
     pool: LoadPool | None = None,
+    cache: ComparisonCache | None = None,
 ) -> ExperimentComparison:
     """`compare_experiments` on loaded experiments (the reporter compares with its baseline this way).
 
     Contended runs count only when both results were loaded with `include_contended`. With `pool`, the
-    pairs' statistics are made by its processes (the same figures)."""
+    pairs' statistics are made by its processes (the same figures); with `cache`, they are read from it
+    when it has this very family of pairs (kaliper.reporter.compare_cache), else made and kept there."""
     name_a = result_a.experiment.workload.get("name")
     name_b = result_b.experiment.workload.get("name")
     if name_a != name_b:
@@ -262,6 +265,7 @@ def compare_results(
     rows: list[PairedMetric] = []
     items: list[tuple[list[np.ndarray], list[np.ndarray], Direction]] = []  # each row's samples
     held: list[str | None] = []  # per row: why it can only be inconclusive
+    digest = FamilyDigest(threshold, alpha) if cache is not None else None
     min_quiet = max(result_a.min_quiet_runs, result_b.min_quiet_runs)
     for ta, tb in pairs:
         shown = ta.doc.matrix_point if side_a.trial is None else {k: v[0] for k, v in differing.items()}
@@ -285,8 +289,18 @@ def compare_results(
             items.append((runs_a, runs_b, direction))  # type: ignore[arg-type]
             rows.append(PairedMetric(ta.doc.id, tb.doc.id, shown, metric, unit, _PENDING, info))
             held.append(why)
-            if len(items) >= COMPARE_BATCH and pool is None:
+            if digest is not None:
+                digest.add(runs_a, runs_b, direction)
+            elif len(items) >= COMPARE_BATCH and pool is None:
                 _settle(rows, held, items, threshold, alpha)
+    if cache is not None and digest is not None and items:
+        kept = cache.load(digest.hexdigest(), len(items))
+        if kept is None:
+            kept = _settle(rows, held, items, threshold, alpha, pool)
+            cache.store(digest.hexdigest(), kept)
+        else:
+            _assign(rows, held, kept)
+            items.clear()
     _settle(rows, held, items, threshold, alpha, pool)
     if not rows:
         raise NotComparableError(
@@ -316,13 +330,12 @@ def _settle(
     threshold: float,
     alpha: float,
     pool: LoadPool | None = None,
-) -> None:
+) -> list[RatioComparison]:
     """The statistics of the last len(items) rows, made a batch at a time (compare_many: the same
     figures as `compare` one pair at a time; only a batch's samples and replicates held at once), by
-    `pool`'s processes where it is given (the comparisons are independent)."""
+    `pool`'s processes where it is given (the comparisons are independent); what compare_many found."""
     if not items:
-        return
-    start = len(rows) - len(items)
+        return []
     if pool is None:
         found = compare_many(items, threshold=threshold, alpha=alpha)
     else:
@@ -330,9 +343,16 @@ def _settle(
             (items[i : i + COMPARE_BATCH], threshold, alpha) for i in range(0, len(items), COMPARE_BATCH)
         ]
         found = [c for batch in pool.map(_compare_batch, batches) for c in batch]
+    _assign(rows, held, found)
+    items.clear()
+    return found
+
+
+def _assign(rows: list[PairedMetric], held: list[str | None], found: list[RatioComparison]) -> None:
+    """The last len(found) rows' statistics: `found`, held inconclusive where a row must be."""
+    start = len(rows) - len(found)
     for row, result, why in zip(rows[start:], found, held[start:], strict=True):
         row.stats = hold_inconclusive(result, why) if why is not None else result
-    items.clear()
 
 
 def compare_document(result: ExperimentComparison) -> dict[str, Any]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kaliper.analysis.pickling import quick_pickle
 from kaliper.analysis.statistics import RunStats, TrialStats
 from kaliper.analysis.terms import DEFAULT_MIN_QUIET_RUNS
-from kaliper.fastpickle import quick_pickle
 from kaliper.reporter.views import LaunchView, RecordView
 from kaliper.results.documents import ExperimentDoc, TrialDoc
 from kaliper.results.environment import EnvironmentDoc

@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 from pydantic import TypeAdapter
 
-from kaliper.fastpickle import quick_pickle
+from kaliper.analysis.pickling import quick_pickle
 from kaliper.jobs.kubeflow import replica_name
 from kaliper.results.documents import FailureInfo, LaunchDoc
 from kaliper.results.record import Hardware, ResultRecord, Stack, WorkloadInfo

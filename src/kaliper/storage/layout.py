@@ -84,6 +84,12 @@ def samples_key(experiment: str, trial: str, name: str) -> str:
     return f"{trial_prefix(experiment, trial)}/{SAMPLES_FOLDER}/{name}"
 
 
+def comparisons_key(experiment: str, digest: str) -> str:
+    """A report's comparisons of this experiment with its baseline or between its stacks
+    (kaliper.reporter.compare_cache): derived, named by the sha256 of everything they follow from."""
+    return f"{experiment_prefix(experiment)}/{SAMPLES_FOLDER}/comparisons-{digest}.json"
+
+
 TRACES = "traces"
 
 

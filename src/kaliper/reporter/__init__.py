@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kaliper.errors import InputError
-from kaliper.reporter.bulk import bulk
+from kaliper.reporter.bulk import bulk, steady_malloc
 from kaliper.reporter.html import report_html
 from kaliper.reporter.outputs import report_markdown, results_csv
 from kaliper.reporter.parquet import results_parquet
+from kaliper.reporter.prepared import prepare_outputs, take_csv_parts, take_parquet_parts
 from kaliper.reporter.push_summary import push_summary
 from kaliper.reporter.report import Report, build_report
 from kaliper.storage import Storage, dump_json, layout
@@ -82,6 +83,7 @@ def write_report(
     # No cyclic garbage collection while the report's hundreds of thousands of objects are alive and more
     # are made (reporter.bulk: each full collection would walk all of them again); they are dropped before
     # it is enabled again, so the first collection after it does not walk them either.
+    steady_malloc()  # large blocks given back when freed: a large report's peak is lower
     with bulk():
         return _write_report(storage, experiment_id, replace, include_contended)
 
@@ -89,11 +91,13 @@ def write_report(
 def _write_report(
     storage: Storage, experiment_id: str, replace: bool, include_contended: bool
 ) -> ReportPaths:
-    report = build_report(storage, experiment_id, include_contended)
-    parquet = results_parquet(report)  # first: its Arrow buffers peak while no other file is held yet
+    report = build_report(storage, experiment_id, include_contended, prepare_outputs)
+    # results.parquet first: its Arrow buffers peak while no other file is held yet. Rows made where the
+    # trials were loaded (kaliper.reporter.prepared) are used where true to the whole experiment.
+    parquet = results_parquet(report, take_parquet_parts(report.result))
     files = {
         "summary.json": dump_json(report.summary),
-        "results.csv": results_csv(report).encode(),
+        "results.csv": results_csv(report, take_csv_parts(report.result)).encode(),
         "results.parquet": parquet,
         "report.md": report_markdown(report).encode(),
         "report.html": report_html(report).encode(),

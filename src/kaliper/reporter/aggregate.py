@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 from kaliper.analysis.statistics import run_stats_many, trial_stats
@@ -326,15 +327,19 @@ def in_declared_order(metrics: dict[str, TrialMetric], workload: dict[str, Any])
     return {n: metrics[n] for n in [*first, *rest, *([WALL_TIME] if WALL_TIME in metrics else [])]}
 
 
+# What a pool's process also makes of the trials it loaded (experiment id, trials): a module-level
+# function, sent by reference (kaliper.reporter.prepared.prepare_outputs).
+Prepare = Callable[[str, list[TrialResult]], Any]
 # A chunk of trials to load in a pool's process: (experiment, trial ids, their keys by run or None,
-# include_contended, light).
-Chunk = tuple[ExperimentDoc, list[str], "ByRun | None", bool, bool]
+# include_contended, light, prepare).
+Chunk = tuple[ExperimentDoc, list[str], "ByRun | None", bool, bool, "Prepare | None"]
 
 
-def _load_chunk(chunk: Chunk) -> list[TrialResult]:
-    experiment, trial_ids, by_run, include_contended, light = chunk
+def _load_chunk(chunk: Chunk) -> tuple[list[TrialResult], Any]:
+    experiment, trial_ids, by_run, include_contended, light, prepare = chunk
     with bulk():
-        return _load_trials(inherited_storage(), experiment, trial_ids, by_run, include_contended, light)
+        trials = _load_trials(inherited_storage(), experiment, trial_ids, by_run, include_contended, light)
+        return trials, None if prepare is None else prepare(experiment.id, trials)
 
 
 def load_experiment(
@@ -344,6 +349,7 @@ def load_experiment(
     include_contended: bool = False,
     light: bool = False,
     pool: LoadPool | None = None,
+    prepare: Prepare | None = None,
 ) -> ExperimentResult:
     """Every document of an experiment, reduced (see the module docstring); contended runs count in the
     statistics only with `include_contended`; `light`: each run only as comparisons read it where its
@@ -351,7 +357,8 @@ def load_experiment(
 
     Trials are independent, so large experiments are loaded by several processes (`pool`, else
     `workers`, default `report_workers`), chunks of trials each, in order: the result is the same for any
-    number of processes.
+    number of processes. `prepare`: where several processes load it, what each also makes of its chunk
+    (kaliper.reporter.prepared: its rows of the report's files), in `prepared`, one per chunk in order.
     """
     experiment = read_experiment(storage, experiment_id)
     # Keys grouped by run, so each run looks only at its own (linear in the experiment): where listing is
@@ -371,10 +378,11 @@ def load_experiment(
         with bulk():
             trials = _load_trials(storage, experiment, ids, by_run, include_contended, light)
             return ExperimentResult(experiment, trials, include_contended)
-    size = max(1, math.ceil(len(ids) / (4 * workers)))  # a few chunks per worker evens out their loads
+    # 16 chunks per worker: their loads even out, and a worker holds one small chunk at a time
+    size = max(1, math.ceil(len(ids) / (16 * workers)))
     parts = [ids[i : i + size] for i in range(0, len(ids), size)]
     chunks: list[Chunk] = [
-        (experiment, part, keys, include_contended, light)
+        (experiment, part, keys, include_contended, light, prepare)
         for part, keys in zip(parts, _split(by_run, parts), strict=True)
     ]
     with bulk():
@@ -383,7 +391,9 @@ def load_experiment(
         else:
             with LoadPool(storage, min(workers, len(chunks))) as own:
                 loaded = own.map(_load_chunk, chunks)
-    return ExperimentResult(experiment, [trial for chunk in loaded for trial in chunk], include_contended)
+    trials = [trial for chunk, _prepared in loaded for trial in chunk]
+    prepared = [outputs for _chunk, outputs in loaded] if prepare is not None else None
+    return ExperimentResult(experiment, trials, include_contended, prepared)
 
 
 def _split(by_run: ByRun | None, parts: list[list[str]]) -> list[ByRun | None]:

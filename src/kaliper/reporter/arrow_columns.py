@@ -9,6 +9,8 @@ always did).
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import is_, is_not
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -24,9 +26,14 @@ def _validity(values: list[Any]) -> tuple[Any, int]:
     """The validity bitmap (None: no nulls) and the null count."""
     import pyarrow as pa
 
-    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    valid = np.fromiter(map(is_not, values, repeat(None)), dtype=bool, count=len(values))
     nulls = len(values) - int(valid.sum())
     return (None if nulls == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))), nulls
+
+
+def _only(values: list[Any], *classes: type) -> bool:
+    """Whether every value is None or exactly of one of `classes` (not a subclass): map(type) in C."""
+    return set(map(type, values)) <= {type(None), *classes}
 
 
 def arrow_column(values: list[Any], kind: str) -> pa.Array:
@@ -42,33 +49,38 @@ def arrow_column(values: list[Any], kind: str) -> pa.Array:
     }[kind]
     n = len(values)
     if kind == "string":
-        if not all(v is None or v.__class__ is str for v in values):
+        if not _only(values, str):
             return pa.array(values, type=arrow_type)
-        encoded = [b"" if v is None else v.encode() for v in values]
+        validity, nulls = _validity(values)
+        encoded = (
+            list(map(str.encode, values))
+            if nulls == 0
+            else [b"" if v is None else v.encode() for v in values]
+        )
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
         if int(lengths.sum()) > _MAX_OFFSET:
             return pa.array(values, type=arrow_type)
         offsets = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:], dtype=np.int32)
-        validity, nulls = _validity(values)
         buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
         return pa.Array.from_buffers(arrow_type, n, buffers, null_count=nulls)
     if kind == "bool":
-        if not all(v is None or v.__class__ is bool for v in values):
+        if not _only(values, bool):
             return pa.array(values, type=arrow_type)
-        bits = np.fromiter((v is True for v in values), dtype=bool, count=n)
+        bits = np.fromiter(map(is_, values, repeat(True)), dtype=bool, count=n)
         validity, nulls = _validity(values)
         data = pa.py_buffer(np.packbits(bits, bitorder="little"))
         return pa.Array.from_buffers(arrow_type, n, [validity, data], null_count=nulls)
-    if not all(v is None or v.__class__ in (int, float) for v in values):
+    if not _only(values, int, float):
         return pa.array(values, type=arrow_type)
-    if kind != "float64" and not all(v is None or v.__class__ is int for v in values):
+    if kind != "float64" and not _only(values, int):
         return pa.array(values, type=arrow_type)  # a float in an integer column: pyarrow decides
+    validity, nulls = _validity(values)
     try:
-        data = np.fromiter((0 if v is None else v for v in values), dtype=_NUMERIC[kind], count=n)
+        filled = values if nulls == 0 else [0 if v is None else v for v in values]
+        data = np.fromiter(filled, dtype=_NUMERIC[kind], count=n)
     except OverflowError:
         return pa.array(values, type=arrow_type)  # which says which value does not fit
-    validity, nulls = _validity(values)
     return pa.Array.from_buffers(arrow_type, n, [validity, pa.py_buffer(data)], null_count=nulls)
 
 

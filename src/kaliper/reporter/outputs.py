@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
 from typing import Any
 
 from kaliper.errors import redactor
@@ -36,15 +37,28 @@ from kaliper.reporter.report import Report
 from kaliper.reporter.verdict_tables import markdown_lines
 
 
-def results_csv(report: Report) -> str:
-    """One row per result record (every replica of every run, failures included); with environment
-    documents, the run's interference verdict and reason in two more columns; with several stacks,
-    the stack's name last."""
-    known = report.result.has_environment
-    runs = {(t.doc.id, r.repetition): r for t, r in report.result.all_runs()}
-    records = report.result.all_records()
-    params = sorted({k for r in records for k in r.params})
-    metrics = sorted({k for r in records for k in r.metrics})
+@dataclass(frozen=True)
+class CsvShape:
+    """What results.csv's columns depend on beyond one record: the parameter and metric names of every
+    record, whether any run has an environment document, whether there are several stacks."""
+
+    params: tuple[str, ...]
+    metrics: tuple[str, ...]
+    known: bool
+    stacked: bool
+
+
+def csv_shape(trials: list[TrialResult]) -> CsvShape:
+    records = [rec for t in trials for r in t.runs for rec in r.records]
+    return CsvShape(
+        params=tuple(sorted({k for r in records for k in r.params})),
+        metrics=tuple(sorted({k for r in records for k in r.metrics})),
+        known=any(t.has_environment for t in trials),
+        stacked=len({t.doc.stack.name for t in trials}) > 1,  # several_stacks
+    )
+
+
+def csv_header(shape: CsvShape) -> str:
     header = [
         "experiment",
         "trial",
@@ -55,20 +69,29 @@ def results_csv(report: Report) -> str:
         "converged",
         "n_samples",
     ]
-    header += [f"param.{p}" for p in params]
-    for m in metrics:
+    header += [f"param.{p}" for p in shape.params]
+    for m in shape.metrics:
         header += [f"{m}.median", f"{m}.ci_low", f"{m}.ci_high", f"{m}.unit"]
     header += ["framework", "framework_version", "stack_id", "cpu_model", "started", "finished", "error"]
-    if known:
+    if shape.known:
         header += ["interference", "interference_reason"]
-    stack_of = {t.doc.id: t.doc.stack.name for t in report.result.trials}
-    stacked = several_stacks(report.result)  # the stack's name, when there are several: the last column
-    if stacked:
+    if shape.stacked:  # the stack's name, when there are several: the last column
         header.append("stack")
     out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow([csv_cell(h) for h in header])
+    return out.getvalue()
+
+
+def csv_rows(trials: list[TrialResult], shape: CsvShape, whole: bool = True) -> str:
+    """results.csv's rows of these trials' records, in order. `whole`: `trials` are the experiment's
+    (a record naming a run elsewhere is a KeyError); else a part of them, and a record naming a run
+    outside the part is a LookupError (the part cannot be written on its own)."""
+    runs = {(t.doc.id, r.repetition): r for t in trials for r in t.runs}
+    stack_of = {t.doc.id: t.doc.stack.name for t in trials}
+    params, metrics, known, stacked = shape.params, shape.metrics, shape.known, shape.stacked
+    out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([csv_cell(h) for h in header])
-    for rec in records:
+    for rec in (rec for t in trials for r in t.runs for rec in r.records):
         row: list[Any] = [
             rec.experiment,
             rec.trial,
@@ -92,6 +115,8 @@ def results_csv(report: Report) -> str:
             rec.finished.isoformat(),
             (rec.error or "").splitlines()[0] if rec.error else "",
         ]
+        if not whole and ((rec.trial, rec.repetition) not in runs or rec.trial not in stack_of):
+            raise LookupError(f"{rec.trial}/{rec.repetition}: a record of a run outside this part")
         if known:
             run = runs[(rec.trial, rec.repetition)]
             row += [run.interference, run_reason(run)]
@@ -102,6 +127,18 @@ def results_csv(report: Report) -> str:
             [c if not isinstance(c, str) or c[:1] not in FORMULA_START else csv_cell(c) for c in row]
         )
     return out.getvalue()
+
+
+def results_csv(report: Report, parts: list[tuple[CsvShape, str]] | None = None) -> str:
+    """One row per result record (every replica of every run, failures included); with environment
+    documents, the run's interference verdict and reason in two more columns; with several stacks,
+    the stack's name last. `parts`: the rows already written part by part (kaliper.reporter.prepared),
+    used where every part was written for this very shape."""
+    trials = report.result.trials
+    shape = csv_shape(trials)
+    if parts is not None and all(part_shape == shape for part_shape, _text in parts):
+        return csv_header(shape) + "".join(text for _shape, text in parts)
+    return csv_header(shape) + csv_rows(trials, shape)
 
 
 def _metric_cell(trial: TrialResult, name: str) -> str:

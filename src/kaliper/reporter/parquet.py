@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult
@@ -158,34 +159,75 @@ def _arrow_type(kind: str) -> pa.DataType:
     return pa.list_(pa.float64()) if kind == "list<double>" else scalar[kind]
 
 
-def results_table(result: ExperimentResult) -> pa.Table:
+def param_kinds(trials: list[TrialResult]) -> dict[str, str]:
+    """Each trial parameter's column type over these trials, by name in column order."""
+    names = sorted({k for t in trials for k in t.doc.params})
+    return {n: _param_type([t.doc.params.get(n) for t in trials]) for n in names}
+
+
+def results_schema(experiment: str, kinds: dict[str, str]) -> pa.Schema:
+    import pyarrow as pa
+
+    columns = [*_HEAD, *((f"{PARAM_PREFIX}{n}", kind) for n, kind in kinds.items()), *_TAIL]
+    fields = [pa.field(name, _arrow_type(kind)) for name, kind in columns]
+    metadata = {
+        "kaliper.schema": PARQUET_SCHEMA,
+        "kaliper.experiment": experiment,
+        "kaliper.rows": "one per run and metric of the run's primary replica; sorted by trial, repetition, metric",
+    }
+    return pa.schema(fields, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class ParquetPart:
+    """The rows of a part of an experiment's trials (in their order), made where they were loaded
+    (kaliper.reporter.prepared): usable where the parameter columns are the whole experiment's."""
+
+    kinds: dict[str, str]
+    keys: list[tuple[str, int, str]]  # each row's sort key
+    batch: pa.RecordBatch
+
+
+def parquet_part(experiment: str, trials: list[TrialResult]) -> ParquetPart:
+    kinds = param_kinds(trials)
+    counted = {id(r) for t in trials for r in t.counted}
+    keys: list[tuple[str, int, str]] = []
+    batch = _batch(trials, list(kinds), kinds, results_schema(experiment, kinds), counted, keys)
+    return ParquetPart(kinds, keys, batch)
+
+
+def results_table(result: ExperimentResult, parts: list[ParquetPart] | None = None) -> pa.Table:
     """The report's runs as an Arrow table (the schema of results.parquet), rows sorted.
 
     Built CHUNK_TRIALS trials at a time: a chunk's values are appended straight to Python lists (its
     trials' fingerprints and parameters computed once per trial), made Arrow arrays and dropped, so an
     experiment of 100,000 runs holds its compact Arrow columns and one chunk's lists, not 300,000 rows of
-    Python objects. The chunks are combined into one before writing: the file's bytes are those of a
+    Python objects; or, where `parts` (made where the trials were loaded) have the experiment's parameter
+    columns, from those. The chunks are combined into one before writing: the file's bytes are those of a
     table built in one piece.
     """
     import pyarrow as pa
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-    names = sorted({k for t in result.trials for k in t.doc.params})
-    kinds = {n: _param_type([t.doc.params.get(n) for t in result.trials]) for n in names}
-    columns = [*_HEAD, *((f"{PARAM_PREFIX}{n}", kinds[n]) for n in names), *_TAIL]
-    fields = [pa.field(name, _arrow_type(kind)) for name, kind in columns]
-    metadata = {
-        "kaliper.schema": PARQUET_SCHEMA,
-        "kaliper.experiment": result.experiment.id,
-        "kaliper.rows": "one per run and metric of the run's primary replica; sorted by trial, repetition, metric",
-    }
-    schema = pa.schema(fields, metadata=metadata)
+    kinds = param_kinds(result.trials)
+    schema = results_schema(result.experiment.id, kinds)
     keys: list[tuple[str, int, str]] = []
-    counted = {id(r) for t in result.trials for r in t.counted}
-    trials = sorted(result.trials, key=lambda t: t.doc.id)  # the rows' order: no reordering after
-    batches = [
-        _batch(trials[start : start + CHUNK_TRIALS], names, kinds, schema, counted, keys)
-        for start in range(0, max(1, len(trials)), CHUNK_TRIALS)
-    ]
+    if parts is not None and all(part.kinds == kinds for part in parts):
+        # In the experiment's order: sorted by one `take` (which makes one chunk per column) if need be.
+        table = pa.Table.from_batches([part.batch for part in parts], schema=schema)
+        keys = [key for part in parts for key in part.keys]
+        parts.clear()  # the batches: only in `table` now
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        if order != list(range(len(keys))):
+            return pc.take(table, indices(order), memory_pool=pool())
+        return table.combine_chunks(memory_pool=pool())
+    else:
+        counted = {id(r) for t in result.trials for r in t.counted}
+        trials = sorted(result.trials, key=lambda t: t.doc.id)  # the rows' order: no reordering after
+        batches = [
+            _batch(trials[start : start + CHUNK_TRIALS], list(kinds), kinds, schema, counted, keys)
+            for start in range(0, max(1, len(trials)), CHUNK_TRIALS)
+        ]
     # One chunk per column: the writer's pages follow the chunks, and the file's bytes must not depend on
     # CHUNK_TRIALS (nor differ from those of a table built in one piece).
     table = pa.Table.from_batches(batches, schema=schema).combine_chunks(memory_pool=pool())
@@ -242,12 +284,12 @@ def pool() -> pa.MemoryPool:
     return pa.system_memory_pool()
 
 
-def results_parquet(report: Report) -> bytes:
-    """results.parquet's bytes: zstd, statistics on; no write time anywhere."""
+def results_parquet(report: Report, parts: list[ParquetPart] | None = None) -> bytes:
+    """results.parquet's bytes: zstd, statistics on; no write time anywhere (`parts`: results_table)."""
     import pyarrow as pa
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-    table = results_table(report.result)
+    table = results_table(report.result, parts)
     sink = pa.BufferOutputStream()
     pq.write_table(
         table,

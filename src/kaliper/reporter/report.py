@@ -21,6 +21,7 @@ from kaliper.monitoring.interference_promql import query_environment
 from kaliper.monitoring.settings import prometheus_url
 from kaliper.reporter.aggregate import (
     ExperimentResult,
+    Prepare,
     in_declared_order,
     load_experiment,
     trial_metrics,
@@ -41,18 +42,24 @@ class Report:
     summary: dict[str, Any]  # summary.json, as written
 
 
-def build_report(storage: Storage, experiment_id: str, include_contended: bool = False) -> Report:
+def build_report(
+    storage: Storage, experiment_id: str, include_contended: bool = False, prepare: Prepare | None = None
+) -> Report:
     """The report object; contended runs count in its statistics only with `include_contended`.
 
     A large experiment is loaded by processes started here, before it is (kaliper.reporter.workers),
-    and its baseline by the same ones."""
+    and its baseline by the same ones; each also makes `prepare` of the trials it loaded (the writers'
+    rows: kaliper.reporter.prepared), kept in `result.prepared` while the runs are as loaded."""
     experiment = read_experiment(storage, experiment_id)
     pool = pool_for(storage, len(experiment.trials) * experiment.repetitions)
     try:
-        result = load_experiment(storage, experiment_id, include_contended=include_contended, pool=pool)
+        result = load_experiment(
+            storage, experiment_id, include_contended=include_contended, pool=pool, prepare=prepare
+        )
         budget = prometheus_budget()  # one deadline for all of the report's Prometheus queries
         attach_resources(storage, result, budget)
-        attach_environment(storage, result, budget)
+        if attach_environment(storage, result, budget):
+            result.prepared = None  # runs changed after loading: the writers make every row
         comparisons = compare_for_report(storage, result, pool)  # the baseline, and stack against stack
     finally:
         if pool is not None:
@@ -117,7 +124,7 @@ def attach_resources(storage: Storage, result: ExperimentResult, budget: Budget 
         run.resources = store_resources(storage, experiment.id, trial.doc.id, run.repetition, block)
 
 
-def attach_environment(storage: Storage, result: ExperimentResult, budget: Budget | None = None) -> None:
+def attach_environment(storage: Storage, result: ExperimentResult, budget: Budget | None = None) -> int:
     """Give each cluster run without an environment document one from Prometheus, stored once.
 
     Local runs store theirs as they run. Without Prometheus (or with `sampling.interference.enabled`
@@ -126,14 +133,16 @@ def attach_environment(storage: Storage, result: ExperimentResult, budget: Budge
     hung, the report's deadline spent) nothing is stored either, so a later report asks again, and the
     run carries an unstored `unknown` document saying why. The spec's `sampling.interference`
     thresholds judge. A trial that gains a contended run has its statistics made again without it.
+    How many runs were given a document (stored or not).
     """
     experiment = result.experiment
     url = prometheus_url(experiment)
     section = experiment.sampling.get("interference")
     if url is None or (isinstance(section, dict) and section.get("enabled") is False):
-        return
+        return 0
     budget = budget if budget is not None else prometheus_budget()
     thresholds: Thresholds | None = None
+    given = 0
     for trial in result.trials:
         changed = False
         for run in trial.runs:
@@ -158,6 +167,7 @@ def attach_environment(storage: Storage, result: ExperimentResult, budget: Budge
                 thresholds=thresholds,
                 budget=budget,
             )
+            given += 1
             if isinstance(found, str):
                 run.environment = EnvironmentDoc(
                     experiment=experiment.id,
@@ -173,6 +183,7 @@ def attach_environment(storage: Storage, result: ExperimentResult, budget: Budge
             changed = changed or found.verdict == "contended"
         if changed and not trial.include_contended:
             trial.metrics = in_declared_order(trial_metrics(trial.counted), experiment.workload)
+    return given
 
 
 def interference_thresholds(sampling: dict[str, Any]) -> Thresholds:

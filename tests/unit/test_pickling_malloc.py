@@ -71,3 +71,39 @@ def test_quick_pickle_refuses_what_it_cannot_rebuild() -> None:
             quick_pickle(cls)
 
     assert pickle.loads(pickle.dumps(One((1, 2)))) == One((1, 2))  # one field: its value, not unpacked
+
+
+MAPPED = """
+import ctypes, sys
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+if sys.argv[1] == "steady":
+    from kaliper.reporter.bulk import steady_malloc
+    assert steady_malloc()
+block = libc.malloc(4 << 20); libc.free(block)  # a mapped block freed: glibc would raise its threshold
+before = libc.mallinfo2().hblks
+block = libc.malloc(1 << 20)
+print(libc.mallinfo2().hblks - before)
+"""
+
+
+def test_steady_malloc_keeps_large_blocks_mapped() -> None:
+    """After a large mapped block is freed, glibc serves the next 1 MiB from its heap (not given back when
+    freed) unless the reporter fixed its threshold."""
+    import ctypes
+    import subprocess
+    import sys
+
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        pytest.skip("not glibc 2.33 or later (no mallinfo2): steady_malloc does nothing there")
+    mapped = {
+        mode: subprocess.run(
+            [sys.executable, "-c", MAPPED, mode], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for mode in ("plain", "steady")
+    }
+    assert mapped == {"plain": "0", "steady": "1"}

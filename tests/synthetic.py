@@ -232,3 +232,18 @@ def write_experiment(
             storage.put(key, data)
         times["write_records_s"] = time.perf_counter() - start
     return times
+
+
+def reported_pair(storage: Storage, name: str, sizes: list[int], repetitions: int) -> tuple[str, str]:
+    """Experiment A, reported (so B's `previous` baseline), then B, 8% slower, two seconds later: the
+    quickstart spec with a `matrix_size` sweep of `sizes`; A's and B's ids."""
+    from kaliper.reporter import write_report
+
+    doc: dict[str, Any] = yaml.safe_load(SPEC.read_text())
+    doc.update(name=name, matrix={"matrix_size": sizes}, repetitions=repetitions)
+    plan_a = plan_spec(doc, storage.url)
+    write_experiment(storage, plan_a, build_records(plan_a, samples=7))
+    write_report(storage, plan_a.experiment.id)  # A's samples files and summary.json
+    plan_b = plan_spec(doc, storage.url, now=plan_a.experiment.created + timedelta(seconds=2))
+    write_experiment(storage, plan_b, build_records(plan_b, samples=7, scale=1.08, seed=7))
+    return plan_a.experiment.id, plan_b.experiment.id

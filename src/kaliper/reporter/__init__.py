@@ -40,33 +40,33 @@ class ReportDiffersError(InputError):
     """A stored report file differs from the one computed now; only `--replace` may rewrite it."""
 
 
-def differing(new: dict[str, bytes], old: dict[str, bytes | None]) -> list[str]:
-    """The report files whose stored bytes (None: not stored) are other than the new ones."""
-    return [name for name, data in new.items() if old.get(name) is not None and old[name] != data]
-
-
-def _stored_report(storage: Storage, experiment_id: str) -> dict[str, bytes | None]:
-    """The report files stored now (every file directly under report/, the replaced ones left out)."""
+def _stored_names(storage: Storage, experiment_id: str) -> tuple[str, list[str]]:
+    """The report's prefix and the files stored directly under it now (the replaced ones left out)."""
     prefix = layout.report_prefix(experiment_id) + "/"
-    names = sorted(k[len(prefix) :] for k in storage.list(prefix) if "/" not in k[len(prefix) :])
+    return prefix, sorted(k[len(prefix) :] for k in storage.list(prefix) if "/" not in k[len(prefix) :])
+
+
+def _stored_report(storage: Storage, experiment_id: str) -> dict[str, bytes]:
+    """The report files stored now."""
+    prefix, names = _stored_names(storage, experiment_id)
     return {name: storage.get(prefix + name) for name in names}
 
 
 def _compare_stored(
     storage: Storage, experiment_id: str, files: dict[str, bytes]
 ) -> tuple[list[str], set[str]]:
-    """The report files stored now with other bytes than `files` (`differing`), and those stored with the
-    same bytes; each stored file is read and dropped in turn, so a large report's old files (tens of MiB)
-    are not held beside the new ones."""
-    prefix = layout.report_prefix(experiment_id) + "/"
-    stored = {k[len(prefix) :] for k in storage.list(prefix) if "/" not in k[len(prefix) :]}
+    """The report files stored now with other bytes than `files`, and those stored with the same bytes;
+    each stored file is read and dropped in turn, so a large report's old files (tens of MiB) are not
+    held beside the new ones."""
+    prefix, names = _stored_names(storage, experiment_id)
     changed, same = [], set()
-    for name in files:
-        if name in stored:
-            if differing(files, {name: storage.get(prefix + name)}):
-                changed.append(name)
-            else:
-                same.add(name)
+    for name, data in files.items():
+        if name not in names:
+            continue
+        if storage.get(prefix + name) == data:
+            same.add(name)
+        else:
+            changed.append(name)
     return changed, same
 
 
@@ -116,11 +116,11 @@ def _write_report(
         )
     if changed:
         stamp = datetime.now(UTC).strftime(STAMP_FORMAT)
-        for name, data in _stored_report(
+        old = _stored_report(
             storage, experiment_id
-        ).items():  # the whole old report, kept before anything is rewritten
-            if data is not None:
-                storage.put(layout.replaced_key(experiment_id, stamp, name), data)
+        )  # the whole old report, kept before anything is rewritten
+        for name, data in old.items():
+            storage.put(layout.replaced_key(experiment_id, stamp, name), data)
         replaced = storage.location(f"{layout.report_prefix(experiment_id)}/{layout.REPLACED_FOLDER}/{stamp}")
     for name, data in files.items():
         key = layout.report_key(experiment_id, name)

@@ -293,15 +293,13 @@ def compare_results(
                 digest.add(runs_a, runs_b, direction)
             elif len(items) >= COMPARE_BATCH and pool is None:
                 _settle(rows, held, items, threshold, alpha)
-    if cache is not None and digest is not None and items:
-        kept = cache.load(digest.hexdigest(), len(items))
-        if kept is None:
-            kept = _settle(rows, held, items, threshold, alpha, pool)
-            cache.store(digest.hexdigest(), kept)
-        else:
-            _assign(rows, held, kept)
-            items.clear()
-    _settle(rows, held, items, threshold, alpha, pool)
+    kept = cache.load(digest.hexdigest(), len(items)) if cache and digest and items else None
+    if kept is not None:
+        _assign(rows, held, kept)
+        items.clear()
+    found = _settle(rows, held, items, threshold, alpha, pool)
+    if cache and digest and found:  # made now, all at once (with a cache nothing is settled before)
+        cache.store(digest.hexdigest(), found)
     if not rows:
         raise NotComparableError(
             f"nothing to compare: no metric was measured on both {side_a.label} and {side_b.label}"

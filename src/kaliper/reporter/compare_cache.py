@@ -22,10 +22,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import math
 import struct
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import orjson
@@ -35,11 +34,15 @@ from kaliper.analysis.statistics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 from kaliper.analysis.terms import DEFAULT_CONFIDENCE
 from kaliper.analysis.verdicts import RatioComparison
 from kaliper.errors import KaliperError
+from kaliper.reporter.stats_cache import float_of_json
+from kaliper.reporter.views import json_float
 from kaliper.storage import Storage, layout
 
 COMPARISONS_SCHEMA: Final = "kaliper.comparisons/v1"
 METHOD: Final = "compare_many/1"  # bump when a pair's figures would change for the same samples
 _FIELDS: Final = tuple(f.name for f in dataclasses.fields(RatioComparison))
+# Figures as the samples files keep them (nan and ±inf as their repr: kaliper.reporter.stats_cache)
+_FLOATS: Final = frozenset(f.name for f in dataclasses.fields(RatioComparison) if "float" in str(f.type))
 log = logging.getLogger(__name__)
 
 
@@ -49,7 +52,6 @@ class FamilyDigest:
     def __init__(self, threshold: float, alpha: float) -> None:
         header = (COMPARISONS_SCHEMA, METHOD, __version__, threshold, alpha, DEFAULT_CONFIDENCE)
         self._hash = hashlib.sha256(repr((*header, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED)).encode())
-        self.pairs = 0
 
     def add(self, runs_a: Sequence[np.ndarray], runs_b: Sequence[np.ndarray], direction: str) -> None:
         update = self._hash.update
@@ -58,18 +60,9 @@ class FamilyDigest:
             data = np.ascontiguousarray(values, dtype=np.float64)
             update(struct.pack("<Q", data.size))
             update(data.tobytes())
-        self.pairs += 1
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()[:40]
-
-
-def _encode(value: Any) -> Any:
-    return {"float": repr(value)} if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def _decode(value: Any) -> Any:
-    return float(value["float"]) if isinstance(value, dict) else value
 
 
 class ComparisonCache:
@@ -93,7 +86,12 @@ class ComparisonCache:
             rows = document["rows"]
             if len(rows) != pairs:
                 return None
-            return [RatioComparison(*(_decode(v) for v in row)) for row in rows]
+            return [
+                RatioComparison(
+                    *(float_of_json(v) if n in _FLOATS else v for n, v in zip(_FIELDS, row, strict=True))
+                )
+                for row in rows
+            ]
         except (KaliperError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             log.warning(
                 "comparisons file %s not read (computed instead): %s", self.storage.location(key), exc
@@ -102,7 +100,9 @@ class ComparisonCache:
 
     def store(self, digest: str, found: Sequence[RatioComparison]) -> None:
         """Keep the figures (an optimisation: a refused write is logged, never raised)."""
-        rows = [[_encode(getattr(c, name)) for name in _FIELDS] for c in found]
+        rows = [
+            [json_float(getattr(c, n)) if n in _FLOATS else getattr(c, n) for n in _FIELDS] for c in found
+        ]
         data = orjson.dumps({"schema": COMPARISONS_SCHEMA, "fields": list(_FIELDS), "rows": rows}) + b"\n"
         try:
             self.storage.put(self.key(digest), data)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
-from kaliper.reporter.aggregate import ExperimentResult, RunResult
+from kaliper.reporter.aggregate import RunResult, TrialResult
 
 # The packages a benchmark is usually about: the provenance table shows them, and a list of what differs
 # between two stacks puts them first, so that cutting a long list never hides them.
@@ -139,7 +140,7 @@ def sampling_text(workload: dict[str, Any], s: dict[str, Any]) -> str:
     )
 
 
-def several_stacks(result: ExperimentResult) -> bool:
+def several_stacks(trials: Iterable[TrialResult]) -> bool:
     """Whether the experiment compares stacks: its result tables then name each trial's stack (a
     one-stack report keeps the columns it always had)."""
-    return len({t.doc.stack.name for t in result.trials}) > 1
+    return len({t.doc.stack.name for t in trials}) > 1

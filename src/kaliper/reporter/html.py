@@ -123,7 +123,7 @@ def _header(result: ExperimentResult, summary: dict[str, Any]) -> list[str]:
 
 def _results(result: ExperimentResult, metric_names: list[str], units: dict[str, str]) -> list[str]:
     swept = list(result.experiment.matrix)
-    stack = ["stack"] if several_stacks(result) else []
+    stack = ["stack"] if several_stacks(result.trials) else []
     header = ["trial", *stack, *swept, "status", "ok runs", *(f"{n} ({units[n]})" for n in metric_names)]
     rows = []
     for t in result.trials:

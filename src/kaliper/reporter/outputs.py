@@ -54,7 +54,7 @@ def csv_shape(trials: list[TrialResult]) -> CsvShape:
         params=tuple(sorted({k for r in records for k in r.params})),
         metrics=tuple(sorted({k for r in records for k in r.metrics})),
         known=any(t.has_environment for t in trials),
-        stacked=len({t.doc.stack.name for t in trials}) > 1,  # several_stacks
+        stacked=several_stacks(trials),
     )
 
 
@@ -115,7 +115,7 @@ def csv_rows(trials: list[TrialResult], shape: CsvShape, whole: bool = True) -> 
             rec.finished.isoformat(),
             (rec.error or "").splitlines()[0] if rec.error else "",
         ]
-        if not whole and ((rec.trial, rec.repetition) not in runs or rec.trial not in stack_of):
+        if not whole and (rec.trial, rec.repetition) not in runs:
             raise LookupError(f"{rec.trial}/{rec.repetition}: a record of a run outside this part")
         if known:
             run = runs[(rec.trial, rec.repetition)]
@@ -176,7 +176,7 @@ def report_markdown(report: Report) -> str:
         "(runs, then samples within runs).",
         "",
     ]
-    stacked = several_stacks(result)  # a stack column only when there is more than one stack
+    stacked = several_stacks(result.trials)  # a stack column only when there is more than one stack
     header = [
         "trial",
         *(["stack"] if stacked else []),

@@ -192,7 +192,7 @@ def parquet_part(experiment: str, trials: list[TrialResult]) -> ParquetPart:
     kinds = param_kinds(trials)
     counted = {id(r) for t in trials for r in t.counted}
     keys: list[tuple[str, int, str]] = []
-    batch = _batch(trials, list(kinds), kinds, results_schema(experiment, kinds), counted, keys)
+    batch = _batch(trials, kinds, results_schema(experiment, kinds), counted, keys)
     return ParquetPart(kinds, keys, batch)
 
 
@@ -213,40 +213,38 @@ def results_table(result: ExperimentResult, parts: list[ParquetPart] | None = No
     schema = results_schema(result.experiment.id, kinds)
     keys: list[tuple[str, int, str]] = []
     if parts is not None and all(part.kinds == kinds for part in parts):
-        # In the experiment's order: sorted by one `take` (which makes one chunk per column) if need be.
-        table = pa.Table.from_batches([part.batch for part in parts], schema=schema)
+        batches = [part.batch for part in parts]  # in the experiment's order: sorted below
         keys = [key for part in parts for key in part.keys]
-        parts.clear()  # the batches: only in `table` now
-        order = sorted(range(len(keys)), key=keys.__getitem__)
-        if order != list(range(len(keys))):
-            return pc.take(table, indices(order), memory_pool=pool())
-        return table.combine_chunks(memory_pool=pool())
+        parts.clear()  # the batches: only here now
     else:
         counted = {id(r) for t in result.trials for r in t.counted}
         trials = sorted(result.trials, key=lambda t: t.doc.id)  # the rows' order: no reordering after
         batches = [
-            _batch(trials[start : start + CHUNK_TRIALS], list(kinds), kinds, schema, counted, keys)
+            _batch(trials[start : start + CHUNK_TRIALS], kinds, schema, counted, keys)
             for start in range(0, max(1, len(trials)), CHUNK_TRIALS)
         ]
-    # One chunk per column: the writer's pages follow the chunks, and the file's bytes must not depend on
-    # CHUNK_TRIALS (nor differ from those of a table built in one piece).
-    table = pa.Table.from_batches(batches, schema=schema).combine_chunks(memory_pool=pool())
+    table = pa.Table.from_batches(batches, schema=schema)
     del batches
+    # One chunk per column (combined, or made by `take`, which gives one): the writer's pages follow the
+    # chunks, and the file's bytes must not depend on how the rows were batched.
     order = sorted(range(len(keys)), key=keys.__getitem__)
-    return table if order == list(range(len(keys))) else table.take(indices(order))
+    if order == list(range(len(keys))):
+        return table.combine_chunks(memory_pool=pool())
+    return pc.take(table, indices(order), memory_pool=pool())
 
 
 def _batch(
     trials: list[TrialResult],
-    names: list[str],
     kinds: dict[str, str],
     schema: pa.Schema,
     counted: set[int],
     keys: list[tuple[str, int, str]],
 ) -> pa.RecordBatch:
-    """The rows of some trials as one record batch (their sort keys appended to `keys`)."""
+    """The rows of some trials as one record batch (their sort keys appended to `keys`); `kinds`: the
+    parameter columns' types, by name in column order."""
     import pyarrow as pa
 
+    names = list(kinds)
     head_rows: list[list[Any]] = []  # per row, the run's head (one list shared by its rows)
     param_rows: list[list[Any]] = []  # per row, the trial's parameters (shared likewise)
     tail_rows: list[tuple[Any, ...]] = []

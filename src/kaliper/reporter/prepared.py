@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kaliper.reporter.outputs import CsvShape, csv_rows, csv_shape
 from kaliper.reporter.parquet import ParquetPart, parquet_part
@@ -52,27 +52,21 @@ def prepare_outputs(experiment: str, trials: list[TrialResult]) -> PreparedOutpu
     return PreparedOutputs(csv, parquet)
 
 
-def _every(result: ExperimentResult) -> list[PreparedOutputs] | None:
+def _take(result: ExperimentResult, name: str) -> list[Any] | None:
+    """Every chunk's part `name` ("csv" or "parquet"), or None where a chunk has none; handed over: the
+    result no longer holds them, so the writer's copy is the only one."""
     parts = result.prepared
     if not parts or not all(isinstance(p, PreparedOutputs) for p in parts):
         return None
-    return list(parts)
+    found = [getattr(p, name) for p in parts]
+    for part in parts:
+        setattr(part, name, None)
+    return None if any(f is None for f in found) else found
 
 
 def take_csv_parts(result: ExperimentResult) -> list[tuple[CsvShape, str]] | None:
-    """Every chunk's results.csv rows (None where a chunk has none), handed over: the result no longer
-    holds them, so the writer's copy is the only one."""
-    parts = _every(result)
-    found = [p.csv for p in parts] if parts is not None else []
-    for part in parts or []:
-        part.csv = None
-    return None if not found or any(f is None for f in found) else [f for f in found if f is not None]
+    return _take(result, "csv")
 
 
 def take_parquet_parts(result: ExperimentResult) -> list[ParquetPart] | None:
-    """Every chunk's results.parquet rows (None where a chunk has none), handed over like `take_csv_parts`."""
-    parts = _every(result)
-    found = [p.parquet for p in parts] if parts is not None else []
-    for part in parts or []:
-        part.parquet = None
-    return None if not found or any(f is None for f in found) else [f for f in found if f is not None]
+    return _take(result, "parquet")

@@ -15,10 +15,10 @@ writes raises (KeyError, TypeError, ValueError): the caller computes the statist
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, cast
 
 from kaliper.analysis.statistics import Advice, RunStats, TrialStats
+from kaliper.reporter.views import json_float
 
 if TYPE_CHECKING:
     from kaliper.reporter.views import MetricView
@@ -26,12 +26,7 @@ if TYPE_CHECKING:
 _ADVICE: frozenset[str] = frozenset({"enough", "more repetitions", "more samples per run"})
 
 
-def _out(value: float | None) -> float | str | None:
-    """A float as JSON: finite ones as numbers (exact), others (nan, ±inf) as their repr."""
-    return value if value is None or math.isfinite(value) else repr(value)
-
-
-def _in(value: Any) -> Any:
+def float_of_json(value: Any) -> Any:
     """A cached figure back: orjson gives floats back as floats; nan and ±inf come back from their repr
     (float() of anything else that is text raises ValueError: not a cache this Kaliper wrote)."""
     return float(value) if value.__class__ is str else value
@@ -41,15 +36,15 @@ def encode_run(stats: RunStats) -> list[Any]:
     """A run's statistics of one metric (`converged` is never set on these: run_stats_many)."""
     return [
         stats.n,
-        _out(stats.median),
-        _out(stats.ci_low),
-        _out(stats.ci_high),
-        _out(stats.confidence),
-        _out(stats.rel_ci_width),
-        _out(stats.iqr),
-        _out(stats.mad),
-        _out(stats.jitter),
-        _out(stats.cv),
+        json_float(stats.median),
+        json_float(stats.ci_low),
+        json_float(stats.ci_high),
+        json_float(stats.confidence),
+        json_float(stats.rel_ci_width),
+        json_float(stats.iqr),
+        json_float(stats.mad),
+        json_float(stats.jitter),
+        json_float(stats.cv),
     ]
 
 
@@ -58,7 +53,7 @@ def decode_run(value: Any) -> RunStats:
     checks the shape and the types, not each figure's range."""
     if value.__class__ is not list or len(value) != 10 or value[0].__class__ is not int:
         raise ValueError("not cached run statistics")
-    figures = [_in(v) for v in value[1:]]
+    figures = [float_of_json(v) for v in value[1:]]
     if any(f is not None and f.__class__ is not float for f in figures):
         raise TypeError("cached run statistics hold something that is not a number")
     median, low, high, confidence, rel, iqr, mad, jitter, cv = figures
@@ -71,15 +66,15 @@ def encode_trial(stats: TrialStats) -> list[Any]:
     return [
         stats.n_runs,
         stats.n_samples,
-        _out(stats.mean_samples_per_run),
-        _out(stats.median),
-        _out(stats.ci_low),
-        _out(stats.ci_high),
-        _out(stats.confidence),
-        _out(stats.rel_ci_width),
-        _out(stats.within_var),
-        _out(stats.between_var),
-        _out(stats.target_rel_ci),
+        json_float(stats.mean_samples_per_run),
+        json_float(stats.median),
+        json_float(stats.ci_low),
+        json_float(stats.ci_high),
+        json_float(stats.confidence),
+        json_float(stats.rel_ci_width),
+        json_float(stats.within_var),
+        json_float(stats.between_var),
+        json_float(stats.target_rel_ci),
         stats.advice,
         stats.optimal_samples_per_run,
     ]
@@ -90,7 +85,7 @@ def decode_trial(value: Any) -> TrialStats:
     if value.__class__ is not list or len(value) != 13:
         raise ValueError("not cached trial statistics")
     n_runs, n_samples, *figures, advice, n_star = value
-    numbers = [_in(v) for v in figures]
+    numbers = [float_of_json(v) for v in figures]
     if any(n is not None and n.__class__ is not float for n in numbers) or advice not in _ADVICE:
         raise TypeError("cached trial statistics hold something that is not a number or an advice")
     if any(c is not None and c.__class__ is not int for c in (n_runs, n_samples, n_star)):

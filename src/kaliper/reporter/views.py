@@ -40,7 +40,7 @@ def _when(text: Any) -> datetime:
     return _WHEN.validate_python(text)
 
 
-def _number(value: float | None) -> float | str | None:
+def json_float(value: float | None) -> float | str | None:
     """A float as JSON: finite ones as numbers (orjson round-trips them exactly), others as text."""
     return value if value is None or math.isfinite(value) else repr(value)
 
@@ -184,10 +184,10 @@ class Interner:
                 m.direction,
                 m.formula,
                 base64.b64encode(m.raw).decode(),
-                _number(m.median),
-                _number(m.ci_low),
-                _number(m.ci_high),
-                _number(m.ci_level),
+                json_float(m.median),
+                json_float(m.ci_low),
+                json_float(m.ci_high),
+                json_float(m.ci_level),
             ]
             for name, m in view.metrics.items()
         }

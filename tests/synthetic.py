@@ -47,14 +47,18 @@ NOISE_SIGMA = 0.02  # log-normal spread of sample durations
 SEED = 20261121
 
 
+def sweep_doc(name: str, sizes: Any, repetitions: int, **extra: Any) -> dict[str, Any]:
+    """quickstart.yaml's spec document named `name`, with a `matrix_size` sweep over `sizes`, `repetitions`
+    runs per trial, and any other top-level keys (`extra`) set."""
+    document: dict[str, Any] = yaml.safe_load(SPEC.read_text())
+    document.update(name=name, matrix={"matrix_size": list(sizes)}, repetitions=repetitions, **extra)
+    return document
+
+
 def plan_experiment(records: int, repetitions: int, storage_url: str) -> ExperimentPlan:
     """quickstart.yaml with a matrix_size sweep of ceil(records / repetitions) trials, configured."""
-    document = yaml.safe_load(SPEC.read_text())
     trials = math.ceil(records / repetitions)
-    document["name"] = "storage-scale"
-    document["matrix"] = {"matrix_size": list(range(1, trials + 1))}
-    document["repetitions"] = repetitions
-    return plan_spec(document, storage_url)
+    return plan_spec(sweep_doc("storage-scale", range(1, trials + 1), repetitions), storage_url)
 
 
 def plan_spec(document: dict[str, Any], storage_url: str, now: datetime | None = None) -> ExperimentPlan:
@@ -239,11 +243,24 @@ def reported_pair(storage: Storage, name: str, sizes: list[int], repetitions: in
     quickstart spec with a `matrix_size` sweep of `sizes`; A's and B's ids."""
     from kaliper.reporter import write_report
 
-    doc: dict[str, Any] = yaml.safe_load(SPEC.read_text())
-    doc.update(name=name, matrix={"matrix_size": sizes}, repetitions=repetitions)
+    doc = sweep_doc(name, sizes, repetitions)
     plan_a = plan_spec(doc, storage.url)
     write_experiment(storage, plan_a, build_records(plan_a, samples=7))
     write_report(storage, plan_a.experiment.id)  # A's samples files and summary.json
     plan_b = plan_spec(doc, storage.url, now=plan_a.experiment.created + timedelta(seconds=2))
     write_experiment(storage, plan_b, build_records(plan_b, samples=7, scale=1.08, seed=7))
     return plan_a.experiment.id, plan_b.experiment.id
+
+
+def stored_sweep(
+    root: Path, name: str, trials: int, repetitions: int, samples: int, records: int | None = None
+) -> tuple[Storage, str, list[tuple[str, bytes]]]:
+    """A file:// storage at `root` with an experiment of `trials` × `repetitions` runs (`sweep_doc`) whose
+    first `records` records are stored (all by default); the storage, the experiment id, all the records."""
+    from kaliper.storage import open_storage
+
+    storage = open_storage(f"file://{root}")
+    plan = plan_spec(sweep_doc(name, range(32, 32 + trials), repetitions), storage.url)
+    built = build_records(plan, samples=samples)
+    write_experiment(storage, plan, built[:records])
+    return storage, plan.experiment.id, built

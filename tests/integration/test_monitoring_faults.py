@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from kaliper.monitoring.push import LivePusher
 from kaliper.monitoring.sampler import LocalSampler
 from kaliper.reporter import write_report
 from kaliper.results.resources import load_resources
 from kaliper.storage import Storage, layout, open_storage
-from synthetic import SPEC, build_records, plan_spec, write_experiment
+from synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 DEADLINE_S = 3.0
 T0 = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)
@@ -81,8 +80,7 @@ def storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Storage:
 
 def experiment(storage: Storage) -> str:
     """Two trials × 4 repetitions: 8 runs, none with a stored resources block."""
-    doc: dict[str, Any] = yaml.safe_load(SPEC.read_text())
-    doc.update(name="faults", matrix={"matrix_size": [64, 96]}, repetitions=4)
+    doc = sweep_doc("faults", [64, 96], 4)
     plan = plan_spec(doc, storage.url, now=T0)
     write_experiment(storage, plan, build_records(plan, samples=20, seed=1))
     return plan.experiment.id

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from kaliper.errors import InputError, NotFoundError
 from kaliper.monitoring.metrics import RESULT_VERDICT
@@ -20,14 +19,13 @@ from kaliper.reporter import write_report
 from kaliper.reporter.compare import compare_document, compare_experiments
 from kaliper.storage import Storage, layout, open_storage
 from prom_services import Pushgateway, pushgateway_fixture  # noqa: F401 - registers the fixture
-from synthetic import SPEC, build_records, plan_spec, write_experiment
+from synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 T0 = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)
 
 
 def document(name: str = "nightly", sizes: tuple[int, ...] = (64, 96), **extra: Any) -> dict[str, Any]:
-    doc = yaml.safe_load(SPEC.read_text())
-    doc.update(name=name, matrix={"matrix_size": list(sizes)}, repetitions=5, **extra)
+    doc = sweep_doc(name, sizes, 5, **extra)
     return doc
 
 

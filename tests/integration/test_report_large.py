@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from kaliper.errors import InputError
 from kaliper.reporter import write_report
@@ -21,12 +19,11 @@ from kaliper.reporter.report import Report
 from kaliper.reporter.summary import summary_document
 from kaliper.spec.services import ReportSpec
 from kaliper.storage import Storage, layout, open_storage
-from synthetic import SPEC, build_records, plan_spec, write_experiment
+from synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 
 def experiment(tmp_path: Path, trials: int, repetitions: int) -> tuple[Storage, str]:
-    doc: dict[str, Any] = yaml.safe_load(SPEC.read_text())
-    doc.update(name="large", matrix={"matrix_size": list(range(32, 32 + trials))}, repetitions=repetitions)
+    doc = sweep_doc("large", range(32, 32 + trials), repetitions)
     storage = open_storage(f"file://{tmp_path / 'store'}")
     plan = plan_spec(doc, storage.url)
     write_experiment(storage, plan, build_records(plan, samples=8))

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from conftest import CliRunner
 from kaliper.errors import StorageError
@@ -22,15 +21,14 @@ from kaliper.reporter import REPORT_FILES, ReportDiffersError, write_report
 from kaliper.storage import Storage, layout, open_storage
 from kaliper.storage.layout import is_replaceable
 from s3_server import S3Server, s3_server_fixture  # noqa: F401 - registers the `s3_server` fixture
-from synthetic import SPEC, build_records, plan_spec, write_experiment
+from synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 T0 = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)
 QUIET = {"KALIPER_PROMETHEUS": "", "KALIPER_PUSHGATEWAY": ""}
 
 
 def document() -> dict[str, Any]:
-    doc = yaml.safe_load(SPEC.read_text())
-    doc.update(name="nightly", matrix={"matrix_size": [64]}, repetitions=3)
+    doc = sweep_doc("nightly", [64], 3)
     return doc
 
 

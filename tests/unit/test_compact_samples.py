@@ -9,7 +9,6 @@ from typing import Any
 
 import orjson
 import pytest
-import yaml
 
 import kaliper.reporter.aggregate as aggregate
 from kaliper.errors import SchemaVersionError
@@ -29,20 +28,14 @@ from kaliper.results.documents import ResourcesDoc, to_document
 from kaliper.results.environment import EnvironmentDoc
 from kaliper.spec.services import ReportSpec
 from kaliper.storage import Storage, layout, open_storage
-from synthetic import SPEC, build_records, plan_spec, write_experiment
+from synthetic import stored_sweep
 
 TRIALS, REPS = 3, 2
 
 
 def experiment(root: Path, records: int | None = None) -> tuple[Storage, str, list[tuple[str, bytes]]]:
     """An experiment of TRIALS × REPS runs with the first `records` records stored; all the records."""
-    doc: dict[str, Any] = yaml.safe_load(SPEC.read_text())
-    doc.update(name="compact", matrix={"matrix_size": list(range(32, 32 + TRIALS))}, repetitions=REPS)
-    storage = open_storage(f"file://{root}")
-    plan = plan_spec(doc, storage.url)
-    built = build_records(plan, samples=6)
-    write_experiment(storage, plan, built[:records])
-    return storage, plan.experiment.id, built
+    return stored_sweep(root, "compact", TRIALS, REPS, samples=6, records=records)
 
 
 class DocumentsOnly(TrialSamples):

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from kaliper.analysis.verdicts import quiet_shortfall
 from kaliper.monitoring.metrics import RESULT_LEFT_OUT, RUN_CONTENDED
@@ -29,7 +28,7 @@ from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.results.summary import load_summary
 from kaliper.storage import Storage, layout, open_storage
 from report_runs import trial_runs
-from synthetic import SPEC, build_records, plan_spec, runs_of, write_experiment
+from synthetic import build_records, plan_spec, runs_of, sweep_doc, write_experiment
 
 T0 = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)
 REASON = "other processes used 47% of 2 cores"
@@ -37,8 +36,7 @@ SLOW = 2.0  # a contended run's sample times
 
 
 def spec(**extra: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(SPEC.read_text())
-    doc.update(name="nightly", matrix={"matrix_size": [64, 96]}, repetitions=5, **extra)
+    doc = sweep_doc("nightly", [64, 96], 5, **extra)
     return doc
 
 

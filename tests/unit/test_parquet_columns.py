@@ -12,13 +12,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
-import yaml
 
 import kaliper.reporter.parquet as parquet
 from kaliper.reporter.arrow_columns import arrow_column, indices, list_column
 from kaliper.reporter.report import build_report
 from kaliper.storage import open_storage
-from synthetic import SPEC, build_records, plan_spec, write_experiment
+from synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 COLUMNS: list[tuple[str, list[Any]]] = [
     ("string", ["a", None, "", "ünïcødé ✓", "x" * 1000]),
@@ -76,8 +75,7 @@ def test_no_pandas_is_imported() -> None:
 
 def test_the_file_does_not_depend_on_the_chunk_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KALIPER_PROMETHEUS", "")
-    doc: dict[str, Any] = yaml.safe_load(SPEC.read_text())
-    doc.update(name="chunks", matrix={"matrix_size": list(range(32, 44))}, repetitions=2)
+    doc = sweep_doc("chunks", range(32, 44), 2)
     storage = open_storage(f"file://{tmp_path}")
     plan = plan_spec(doc, storage.url)
     write_experiment(storage, plan, build_records(plan, samples=5)[:-1])  # one run without a record

@@ -6,10 +6,8 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 import kaliper.reporter.aggregate as aggregate
 from kaliper.analysis.pickling import quick_pickle
@@ -17,7 +15,7 @@ from kaliper.analysis.statistics import RunStats, TrialStats
 from kaliper.reporter.model import RunResult, TrialMetric, TrialResult
 from kaliper.reporter.views import LaunchView, MetricView, RecordView
 from kaliper.storage import open_storage
-from synthetic import SPEC, build_records, plan_spec, write_experiment
+from synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 
 @quick_pickle
@@ -36,8 +34,7 @@ def test_the_reporters_dataclasses_pickle_as_their_field_values(cls: type) -> No
 
 def test_a_loaded_experiment_comes_back_equal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KALIPER_PROMETHEUS", "")
-    doc: dict[str, Any] = yaml.safe_load(SPEC.read_text())
-    doc.update(name="pickled", matrix={"matrix_size": [32, 48]}, repetitions=2)
+    doc = sweep_doc("pickled", [32, 48], 2)
     storage = open_storage(f"file://{tmp_path}")
     plan = plan_spec(doc, storage.url)
     write_experiment(storage, plan, build_records(plan, samples=5))

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 import kaliper.reporter.aggregate as aggregate
 from kaliper.reporter import REPORT_FILES, build_report, write_report
@@ -18,7 +17,7 @@ from kaliper.reporter.parquet import parquet_part, results_parquet, results_tabl
 from kaliper.reporter.prepared import PreparedOutputs, prepare_outputs, take_csv_parts, take_parquet_parts
 from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.storage import Storage, layout, open_storage
-from synthetic import SPEC, build_records, plan_spec, runs_of, write_experiment
+from synthetic import build_records, plan_spec, runs_of, sweep_doc, write_experiment
 
 
 @pytest.fixture(autouse=True)
@@ -30,8 +29,7 @@ def no_services(monkeypatch: pytest.MonkeyPatch) -> None:
 def experiment(root: Path, stacks: bool, environment: bool) -> tuple[Storage, str]:
     """12 trials × 2 runs; with `stacks`, two stacks (so a chunk may hold trials of one only); with
     `environment`, environment documents for the runs of the first trial only (one chunk has them)."""
-    doc: dict[str, Any] = yaml.safe_load(SPEC.read_text())
-    doc.update(name="prepared", matrix={"matrix_size": list(range(32, 38))}, repetitions=2)
+    doc = sweep_doc("prepared", range(32, 38), 2)
     if stacks:
         doc["stacks"] = [{"name": "a", "env": {"X": "1"}}, {"name": "b", "env": {"X": "2"}}]
     else:

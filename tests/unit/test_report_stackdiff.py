@@ -14,20 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from kaliper.reporter import write_report
 from kaliper.results.record import Package, load_record
 from kaliper.storage import Storage, layout, open_storage
-from synthetic import SPEC, build_records, plan_spec, write_experiment
+from synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 T0 = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)
 ENV = {"stable": {"TF_ENABLE_ONEDNN_OPTS": "0"}, "candidate": {"TF_ENABLE_ONEDNN_OPTS": "1", "DNNL_X": "<b>"}}
 
 
 def document(stacks: list[dict[str, Any]] | None) -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(SPEC.read_text())
-    doc.update(name="stackdiff", matrix={"matrix_size": [64, 96]}, repetitions=3)
+    doc = sweep_doc("stackdiff", [64, 96], 3)
     if stacks:
         doc["stacks"] = stacks
     return doc

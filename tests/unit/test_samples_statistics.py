@@ -10,7 +10,6 @@ from typing import Any
 
 import orjson
 import pytest
-import yaml
 
 import kaliper.reporter.aggregate as aggregate
 from kaliper.analysis.statistics import RunStats, TrialStats, run_stats_many, trial_stats
@@ -21,8 +20,8 @@ from kaliper.reporter.stats_cache import decode_run, decode_trial, encode_run, e
 from kaliper.reporter.summary import summary_document
 from kaliper.results.compact import SAMPLES_SCHEMA, SamplesCodec, TrialSamples
 from kaliper.spec.services import ReportSpec
-from kaliper.storage import Storage, layout, open_storage
-from synthetic import SPEC, build_records, plan_spec, write_experiment
+from kaliper.storage import Storage, layout
+from synthetic import stored_sweep
 
 TRIALS, REPS = 3, 3
 
@@ -34,13 +33,7 @@ def no_services(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def experiment(root: Path, records: int | None = None) -> tuple[Storage, str, list[tuple[str, bytes]]]:
-    doc: dict[str, Any] = yaml.safe_load(SPEC.read_text())
-    doc.update(name="cached", matrix={"matrix_size": list(range(32, 32 + TRIALS))}, repetitions=REPS)
-    storage = open_storage(f"file://{root}")
-    plan = plan_spec(doc, storage.url)
-    built = build_records(plan, samples=7)
-    write_experiment(storage, plan, built[:records])
-    return storage, plan.experiment.id, built
+    return stored_sweep(root, "cached", TRIALS, REPS, samples=7, records=records)
 
 
 def samples_files(storage: Storage, exp: str) -> list[str]:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from kaliper.errors import SchemaVersionError
 from kaliper.reporter import write_report
@@ -25,14 +24,13 @@ from kaliper.results.documents import to_document
 from kaliper.results.summary import SUMMARY_SCHEMA, SummaryDoc, load_summary
 from kaliper.storage import Storage, layout, open_storage
 from report_runs import parquet_runs
-from synthetic import SPEC, build_records, launch_doc, plan_spec, runs_of, write_experiment
+from synthetic import build_records, launch_doc, plan_spec, runs_of, sweep_doc, write_experiment
 
 T0 = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)
 
 
 def spec(**extra: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(SPEC.read_text())
-    doc.update(name="nightly", matrix={"matrix_size": [64, 96, 128]}, repetitions=3, **extra)
+    doc = sweep_doc("nightly", [64, 96, 128], 3, **extra)
     return doc
 
 

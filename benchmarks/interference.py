@@ -13,9 +13,11 @@
     before the probe-before and stopped after the probe-after of every other run.
 
 Printed: per-run signals, the distributions of each signal for quiet and loaded runs, the verdict
-under the default `Thresholds` (false-contended rate on quiet runs, detection rate on loaded runs), the
-same for a few candidate thresholds, the figure's slowdown under load, and the load average and the
-busiest other processes before and after (the machine is shared: say what else ran).
+under the default `Thresholds` (false-contended rate on quiet runs, detection rate on loaded runs; the
+probe judged against the spread of the (a) phase's calls, as kaliper.analysis.interference.probe_band
+does with a run's history), the same for a few candidate thresholds, the figure's slowdown under load,
+and the load average and the busiest other processes before and after (the machine is shared: say what
+else ran).
 
     python benchmarks/interference.py --runs 20 --json /tmp/interference.json
 """
@@ -145,9 +147,15 @@ def one_run(busy_cpus: list[int] | None, history: dict[str, ProbeHistory]) -> di
     }
 
 
+SPREADS: dict[str, dict[str, Any] | None] = {}  # probe variant -> its (a)-phase history's spread
+
+
 def judge(run: dict[str, Any], t: Thresholds, which: str = "one") -> tuple[bool, list[str]]:
+    """The verdict as a local run gets it: the probe against the spread of the (a) phase's history."""
     p = run["probe"][which]
-    v = judge_interference(run["signals"], p["before"], p["after"], run["history_ratio"][which], t)
+    v = judge_interference(
+        run["signals"], p["before"], p["after"], run["history_ratio"][which], t, history=SPREADS.get(which)
+    )
     return v.contended, v.reasons
 
 
@@ -170,6 +178,14 @@ def main() -> None:
         t: ProbeHistory.of([r["rate"] for r in probes[f"matmul-{t}"]], window=args.probe_calls)
         for t in ("one", "all")
     }
+    for t, h in history.items():
+        spread = h.spread()
+        SPREADS[t] = spread.to_dict() if spread is not None else None
+        if spread is not None:
+            print(
+                f"  history [{t}]: low {spread.low:.2f} high {spread.high:.2f} "
+                f"(spread {spread.high / spread.low:.3f})"
+            )
     print(f"\n(b)/(c) {args.runs} quiet runs{'' if args.no_inject else ' interleaved with as many loaded'}")
     print(f"  workload: {' '.join(WORKLOAD[1:])}; spinner pinned to {busy}")
     runs: list[dict[str, Any]] = []

@@ -34,6 +34,13 @@ PODS = {
     "bench-t000-r1-master-0": ("exp-a", "1", 3.0),  # the next repetition: must not be counted
     "other-t000-r0-master-0": ("exp-b", "0", 7.0),  # another experiment: must not be counted
 }
+# pod → (its GPU's SM clock in MHz, temperature in °C): the run's are 1400/1500 MHz and 60/70 °C.
+GPU_STATE = {
+    "bench-t000-r0-master-0": (1400.0, 60.0),
+    "bench-t000-r0-worker-0": (1500.0, 70.0),
+    "bench-t000-r1-master-0": (1980.0, 80.0),
+    "other-t000-r0-master-0": (1000.0, 90.0),
+}
 
 
 class ClusterLike(Collector):
@@ -60,6 +67,8 @@ class ClusterLike(Collector):
         )
         gpu_util = GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "dcgm", labels=["namespace", "pod", "gpu"])
         gpu_mem = GaugeMetricFamily("DCGM_FI_DEV_FB_USED", "dcgm", labels=["namespace", "pod", "gpu"])
+        gpu_clock = GaugeMetricFamily("DCGM_FI_DEV_SM_CLOCK", "dcgm", labels=["namespace", "pod", "gpu"])
+        gpu_temp = GaugeMetricFamily("DCGM_FI_DEV_GPU_TEMP", "dcgm", labels=["namespace", "pod", "gpu"])
         for pod, (experiment, rep, cores) in PODS.items():
             t = self.elapsed
             cpu.add_metric([NS, pod, "pytorch"], cores * t)
@@ -73,7 +82,9 @@ class ClusterLike(Collector):
             pod_labels.add_metric([NS, pod, experiment, "t000", rep], 1)
             gpu_util.add_metric([NS, pod, "0"], 80)
             gpu_mem.add_metric([NS, pod, "0"], 1024)  # MiB
-        yield from (cpu, periods, throttled, memory, rx, pod_labels, gpu_util, gpu_mem)
+            gpu_clock.add_metric([NS, pod, "0"], GPU_STATE[pod][0])
+            gpu_temp.add_metric([NS, pod, "0"], GPU_STATE[pod][1])
+        yield from (cpu, periods, throttled, memory, rx, pod_labels, gpu_util, gpu_mem, gpu_clock, gpu_temp)
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +126,8 @@ def test_cluster_figures_are_the_fed_rates_of_the_runs_pods_only(
     assert figures["network_receive_bytes_per_second"]["mean"] == pytest.approx(2e6, rel=0.15)
     assert figures["gpu_utilization_percent"]["mean"] == pytest.approx(80)
     assert figures["gpu_memory_used_bytes"]["max"] == pytest.approx(2 * 1024 * 1048576)
+    assert figures["gpu_sm_clock_mhz"] == {**figures["gpu_sm_clock_mhz"], "mean": 1450.0, "unit": "MHz"}
+    assert figures["gpu_temperature_celsius"]["max"] == 70.0  # the run's hottest GPU, not others'
     assert set(block["missing"]) == {
         "network_transmit_bytes_per_second",
         "disk_read_bytes_per_second",

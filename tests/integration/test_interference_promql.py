@@ -11,6 +11,20 @@ one trial ran, each on its own node:
 - r3 on node-d without node_exporter (node CPU from cAdvisor's root cgroup), its container throttled
   30% of the time -> contended (throttling);
 - r4 on node-e with neither node_exporter nor a root cgroup series -> unknown (the node's CPU unknown).
+
+dcgm-exporter's series (names and labels as its Kubernetes pod mapping writes them: `gpu`, `UUID`,
+`device`, `modelName`, `Hostname`, `namespace`, `pod`, `container`; NVIDIA/dcgm-exporter
+internal/pkg/rendermetrics/render_metrics.go and internal/pkg/transformation/kubernetes.go) put GPUs in:
+
+- r0's GPU 0 on node-a is shared (`--kubernetes-virtual-gpus`) with the pod other/gpu-hog-0 at 48% of its
+  SMs and 874 MiB; its clocks are at the software power cap (`DCGM_FI_DEV_CLOCKS_EVENT_REASONS` 0x4);
+  node-a's GPU 1 belongs to another pod, which is not r0's neighbour;
+- r1's GPU 0 on node-b is its own, power-capped, reported under the field's old name
+  (`DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`): still quiet, the power cap a note;
+- r2..r4 have no GPU: `signals["gpu"]` says the telemetry is unavailable;
+- a run of trial t001 (asked directly, not part of the stored experiment) on node-f, a quiet node, whose
+  GPU 1 is shared with other/gpu-hog-1 (48%) and under HW slowdown (0x8) from its window's middle on:
+  contended by its GPU alone.
 """
 
 from __future__ import annotations
@@ -25,6 +39,9 @@ from typing import Any
 
 import pytest
 
+from kaliper.analysis.interference import Thresholds
+from kaliper.monitoring.deadline import prometheus_budget
+from kaliper.monitoring.interference_promql import query_environment
 from kaliper.reporter import write_report
 from kaliper.reporter.report import build_report
 from kaliper.results.documents import to_document
@@ -36,8 +53,13 @@ from synthetic import build_records, launch_doc, plan_spec, runs_of, write_exper
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.usefixtures("interference_on")]
 
 STEP_S = 15  # a typical cluster scrape interval
-NODE_CORES = {"node-a": 8, "node-b": 8, "node-c": 4, "node-d": 4, "node-e": 4}
-NODE_EXPORTER = ("node-a", "node-b", "node-c")  # node-d and node-e have none
+NODE_CORES = {"node-a": 8, "node-b": 8, "node-c": 4, "node-d": 4, "node-e": 4, "node-f": 8}
+NODE_EXPORTER = ("node-a", "node-b", "node-c", "node-f")  # node-d and node-e have none
+GPU_TRIAL = "t001"  # the GPU-only run on node-f (its pod burns GPU_RUN_CORES)
+GPU_RUN_POD = "bench-t001-r0-master-0"
+GPU_RUN_CORES = 1.0
+HOG_UTIL = 48.0  # the neighbour pods' own SM utilisation (dcgm-exporter's per-process copy), percent
+HOG_MIB = 874.0
 OWN_CORES = {0: 2.0, 1: 2.0, 2: 1.0, 3: 1.0, 4: 1.0}  # what each run's pod burns
 STEAL = {"node-c": 0.8}
 NOISY_CORES = 4.0  # the neighbour on node-a, within [T - 5 min, T + 5 min]
@@ -77,6 +99,7 @@ def cluster_series(experiment: str, trial: str, t0: float) -> str:
         return lambda t: value if t0 + lo <= t <= t0 + hi else 0.0
 
     pods = [("kaliper", pod, node) for pod, node in run_pods.values()]
+    pods += [("kaliper", GPU_RUN_POD, "node-f")]
     pods += [("monitoring", f"node-exporter-{node[-1]}", node) for node in NODE_EXPORTER]
     pods += [("other", "noisy-0", "node-a")]
     for namespace, pod, node in pods:  # kube-state-metrics
@@ -92,6 +115,15 @@ def cluster_series(experiment: str, trial: str, t0: float) -> str:
             job="kube-state-metrics",
         )
         out.gauge("kube_pod_labels", labels, lambda t: 1.0)
+    labels = _labels(
+        namespace="kaliper",
+        pod=GPU_RUN_POD,
+        label_kaliper_dev_experiment=experiment,
+        label_kaliper_dev_trial=GPU_TRIAL,
+        label_kaliper_dev_repetition="0",
+        job="kube-state-metrics",
+    )
+    out.gauge("kube_pod_labels", labels, lambda t: 1.0)
     for node, cores in NODE_CORES.items():
         labels = _labels(node=node, resource="cpu", unit="core", job="kube-state-metrics")
         out.gauge("kube_node_status_capacity", labels, lambda t, c=cores: float(c))
@@ -100,7 +132,13 @@ def cluster_series(experiment: str, trial: str, t0: float) -> str:
         reps = [rep for rep, (_pod, n) in run_pods.items() if n == node]
         noisy = during(-300, 300, NOISY_CORES) if node == "node-a" else (lambda t: 0.0)
         own = [during(-120, 120, OWN_CORES[rep]) for rep in reps]
+        if node == "node-f":
+            own.append(during(-300, 300, GPU_RUN_CORES))
         return lambda t: BASE_CORES + noisy(t) + sum(f(t) for f in own)
+
+    gpu_run = _labels(namespace="kaliper", pod=GPU_RUN_POD, container="pytorch", job="kubelet")
+    out.counter("container_cpu_usage_seconds_total", gpu_run, during(-300, 300, GPU_RUN_CORES))
+    dcgm_series(out, run_pods, t0, during)
 
     for rep, (pod, _node) in run_pods.items():  # cAdvisor, the run's containers
         own = during(-120, 120, OWN_CORES[rep])
@@ -128,6 +166,57 @@ def cluster_series(experiment: str, trial: str, t0: float) -> str:
             out.gauge("node_cpu_scaling_frequency_hertz", _labels(cpu=str(cpu), **target), lambda t: 2.4e9)
         out.gauge("node_load1", _labels(**target), busy)
     return out.text()
+
+
+def dcgm_series(
+    out: Series,
+    run_pods: dict[int, tuple[str, str]],
+    t0: float,
+    during: Callable[[float, float, float], Callable[[float], float]],
+) -> None:
+    """dcgm-exporter's series: one copy of each GPU series per pod on the GPU (--kubernetes-virtual-gpus),
+    beside the GPU's own unlabelled one; the copies of DCGM_FI_DEV_GPU_UTIL and _FB_USED are the pod's own."""
+
+    def gpu(node: str, index: int, **pod: str) -> str:
+        uuid = f"GPU-{node[-1] * 8}-000{index}"
+        return _labels(
+            gpu=str(index), UUID=uuid, pci_bus_id=f"00000000:0{index}:00.0", device=f"nvidia{index}",
+            modelName="NVIDIA H200", Hostname=node, job="dcgm-exporter", **pod,
+        )  # fmt: skip
+
+    def pod(namespace: str, name: str) -> dict[str, str]:
+        return {"namespace": namespace, "pod": name, "container": "main"}
+
+    always = during(-600, 600, 1.0)
+    r0_pod, r1_pod = run_pods[0][0], run_pods[1][0]
+    # r0 on node-a GPU 0, shared with other/gpu-hog-0; node-a GPU 1 is other/elsewhere-0's alone.
+    for labels, util, mib in (
+        (gpu("node-a", 0), 98.0, 20000.0),  # the GPU's own series (no pod): never anyone's neighbour
+        (gpu("node-a", 0, **pod("kaliper", r0_pod)), 50.0, 19000.0),
+        (gpu("node-a", 0, **pod("other", "gpu-hog-0")), HOG_UTIL, HOG_MIB),
+        (gpu("node-a", 1, **pod("other", "elsewhere-0")), 90.0, 5000.0),
+        (gpu("node-b", 0, **pod("kaliper", r1_pod)), 99.0, 30000.0),
+        (gpu("node-f", 1, **pod("kaliper", GPU_RUN_POD)), 50.0, 19000.0),
+        (gpu("node-f", 1, **pod("other", "gpu-hog-1")), HOG_UTIL, HOG_MIB),
+    ):
+        out.gauge("DCGM_FI_DEV_GPU_UTIL", labels, lambda t, u=util: u * always(t))
+        out.gauge("DCGM_FI_DEV_FB_USED", labels, lambda t, m=mib: m * always(t))
+    power_cap = 0x4
+    for labels in (gpu("node-a", 0, **pod("kaliper", r0_pod)), gpu("node-a", 0, **pod("other", "gpu-hog-0"))):
+        out.gauge("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", labels, lambda t: power_cap)
+    out.gauge(
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", gpu("node-a", 1, **pod("other", "elsewhere-0")), lambda t: 0x8
+    )
+    # r1: the field's pre-3.2 name (the same DCGM field 112).
+    out.gauge(
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", gpu("node-b", 0, **pod("kaliper", r1_pod)), lambda t: power_cap
+    )
+    slowdown = during(0, 600, 0x8)  # HW slowdown from t0 on (the GPU run's window is t0 - 60 .. t0 + 60)
+    out.gauge(
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        gpu("node-f", 1, **pod("kaliper", GPU_RUN_POD)),
+        lambda t: power_cap | int(slowdown(t)),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -162,14 +251,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Promethe
     )  # fmt: skip
     server.start()
     try:
-        yield server, root, experiment
+        yield server, root, experiment, t0
     finally:
         server.cleanup()
 
 
 @pytest.fixture
-def copy(cluster: tuple[Prometheus, Path, str], tmp_path: Path) -> tuple[Prometheus, Path, str]:
-    server, root, experiment = cluster
+def copy(cluster: tuple[Prometheus, Path, str, datetime], tmp_path: Path) -> tuple[Prometheus, Path, str]:
+    server, root, experiment, _t0 = cluster
     shutil.copytree(root, tmp_path / "store")
     return server, tmp_path / "store", experiment
 
@@ -209,6 +298,24 @@ def test_noisy_node_is_contended_quiet_node_quiet_and_the_documents_are_read_bac
     assert throttled["signals"]["others_share"] == pytest.approx(BASE_CORES / 4, rel=0.03)
     assert blind["verdict"] == "unknown" and "no node CPU series" in " ".join(blind["reasons"]), blind
     assert noisy["thresholds"]["others_share"] == 0.2
+    # The GPUs (dcgm-exporter): r0's neighbour on its GPU named, node-a's other GPU not r0's business.
+    gpu = signals["gpu"]
+    assert gpu["available"] is True and gpu["source"] == "dcgm-exporter" and gpu["own_on_gpu"] is True
+    assert gpu["devices"] == [0] and [g["hostname"] for g in gpu["gpus"]] == ["node-a"]
+    ((hog),) = gpu["others"]
+    assert hog["pid"] is None and hog["command"] == "pod other/gpu-hog-0" and hog["device"] == 0
+    assert hog["seen_share"] == 1.0 and hog["share"] == pytest.approx(HOG_UTIL / 100)
+    assert hog["used_memory_bytes"] == HOG_MIB * 1048576
+    assert gpu["event_seconds"]["sw_power_cap"] > 0 and gpu["event_seconds"]["hw_slowdown"] == 0.0
+    assert any("pod other/gpu-hog-0" in r and "GPU 0" in r for r in noisy["reasons"]), noisy["reasons"]
+    assert any("power cap" in n for n in noisy["notes"]), noisy
+    # r1: its own GPU, power-capped (the field's old name), quiet; the cap recorded as a note.
+    assert quiet["signals"]["gpu"]["others"] == [] and quiet["signals"]["gpu"]["devices"] == [0]
+    assert quiet["signals"]["gpu"]["event_seconds"]["sw_power_cap"] > 0
+    assert any("power cap" in n for n in quiet["notes"]), quiet
+    for doc in (steal, throttled, blind):  # no GPU
+        assert doc["signals"]["gpu"]["available"] is False
+        assert doc["signals"]["gpu"]["reason"].startswith("gpu telemetry unavailable: no dcgm-exporter")
     # The contended runs are left out of the trial's statistics: r1 (quiet) and r4 (unknown) count.
     trial = report.result.trials[0]
     assert [r.repetition for r in trial.counted] == [1, 4]
@@ -259,3 +366,28 @@ def test_without_prometheus_nothing_is_asked_or_stored(
     report = build_report(open_storage(f"file://{root}"), experiment)
     assert all(stored(root, experiment, rep) is None for rep in range(5))
     assert all(run.environment is None for run in report.result.trials[0].runs)
+
+
+def test_a_neighbour_pod_on_the_runs_gpu_and_hw_slowdown_make_a_quiet_cpu_run_contended(
+    cluster: tuple[Prometheus, Path, str, datetime],
+) -> None:
+    server, _root, experiment, t0 = cluster
+    window = (t0 - timedelta(seconds=60), t0 + timedelta(seconds=60))
+    found = query_environment(
+        server.url, window, experiment=experiment, trial=GPU_TRIAL, repetition=0,
+        thresholds=Thresholds(), budget=prometheus_budget(),
+    )  # fmt: skip
+    assert not isinstance(found, str), found
+    signals = found.signals
+    assert "failed" not in signals, signals["failed"]  # every PromQL evaluated
+    assert signals["node"] == "node-f" and signals["others_share"] < 0.05  # the CPU is quiet
+    gpu = signals["gpu"]
+    assert gpu["devices"] == [1] and gpu["gpus"][0]["uuid"] == "GPU-ffffffff-0001"
+    assert [o["command"] for o in gpu["others"]] == ["pod other/gpu-hog-1"]
+    # HW slowdown from t0 on: the window's second half (61 of 121 one-second points), the cap throughout.
+    assert gpu["event_seconds"]["hw_slowdown"] == pytest.approx(61, abs=2)
+    assert gpu["event_seconds"]["sw_power_cap"] == pytest.approx(120)
+    assert found.verdict == "contended", found
+    assert any("pod other/gpu-hog-1" in r and "48%" in r for r in found.reasons), found.reasons
+    assert any("HW slowdown" in r for r in found.reasons), found.reasons
+    assert not any("other processes used" in r for r in found.reasons)

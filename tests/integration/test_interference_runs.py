@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -272,6 +273,15 @@ def test_load_during_some_repetitions_is_flagged_and_kept_out_of_the_numbers(
     if len(busy) > 2:  # something else kept the machine busy: no quiet reference to compare with
         pytest.skip(f"the machine was busy: {len(busy)} of 6 unloaded runs contended ({busy[0]})")
     quiet = load_experiment(storage, quiet_id).trials[0]
+    # Changed on purpose (issue 26): the probe is judged against this machine's own quiet spread, so on a
+    # noisy host it no longer flags quiet runs for the probe's noise (which made this test skip above).
+    # Medians agree to 3% only where quiet runs do: on a shared 2-core VM they read 57-77 GFLOP/s with
+    # every signal quiet. Such a machine cannot show the 3% below, and the test says so.
+    figures = [statistics.median(r.primary.metrics["gflops"].values) for r in quiet.counted if r.primary]
+    if max(figures) / min(figures) > 1.10:
+        pytest.skip(
+            f"quiet runs differ by {max(figures) / min(figures) - 1:.0%} on this machine: no 3% check"
+        )
     loaded = load_experiment(storage, loaded_id).trials[0]
     everything = load_experiment(storage, loaded_id, include_contended=True).trials[0]
     assert len(loaded.left_out) >= len(loaded_reps), loaded.left_out

@@ -7,6 +7,7 @@ through `promtool check rules`; metric and label names by Prometheus conventions
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -22,7 +23,7 @@ import yaml
 
 from kaliper.monitoring import prometheus as promq
 from kaliper.monitoring.push import GROUPING_LABELS, METRIC_NAMES, LivePusher, Pusher, start_live_push
-from kaliper.monitoring.sampler import LocalSampler
+from kaliper.monitoring.sampler import GPU_FIGURES, GPU_METRICS, LocalSampler
 from kaliper.results.record import load_record
 from kaliper.storage import layout
 from kaliper.workloads.sampling import SamplingRule, collect, observe_samples
@@ -266,6 +267,93 @@ def test_local_sampler_sees_a_busy_child_process() -> None:
     cores = block["figures"]["cpu_cores"]
     assert 0.5 < cores["max"] < 1.5  # one busy thread
     assert block["figures"]["memory_rss_bytes"]["max"] > 30_000_000  # the 40 MB list
+
+
+class FixedGpu:
+    """A GPU reader (the shape of kaliper.monitoring.nvml.GpuSampler.latest) giving one fixed reading."""
+
+    def __init__(self, reading: dict[str, float]) -> None:
+        self.reading = reading
+
+    def latest(self) -> dict[str, float]:
+        return dict(self.reading)
+
+
+def h200_reading() -> dict[str, float]:
+    """The real NVML reading of an H200 at its highest power draw, two processes running bf16 matmuls on
+    it (tests/data/gpu), in the reader's units."""
+    data = json.loads((Path(__file__).parents[1] / "data/gpu/nvml-h200-2026-11-26.json").read_text())
+    first = max(data["scenarios"]["two_processes_matmul"], key=lambda r: r.get("power_mw") or 0)
+    return {
+        "gpu_utilization_percent": float(first["util"]["gpu"]),
+        "gpu_memory_used_bytes": float(first["mem_used"]["used"]),
+        "gpu_power_watts": first["power_mw"] / 1000,
+        "gpu_sm_clock_mhz": float(first["sm_mhz"]),
+        "gpu_temperature_celsius": float(first["temp_c"]),
+        "gpu_energy_joules": first["energy_mj"] / 1000,
+    }
+
+
+def test_local_sampler_pushes_the_runs_gpu_series_and_prometheus_returns_them(
+    pushgateway: Pushgateway, prometheus: Prometheus
+) -> None:
+    reading = h200_reading()
+    assert reading["gpu_power_watts"] > 300 and reading["gpu_sm_clock_mhz"] > 1000  # a loaded GPU
+    key = {"experiment": "gpu-exp", "trial": "t-000", "repetition": "0"}
+    start = datetime.now(UTC)
+    sampler = LocalSampler(
+        [os.getpid()], interval_s=0.2, pushgateway=pushgateway.url, grouping_key=key, grace_s=1.0,
+        gpu=FixedGpu(reading),
+    ).start()  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not any(line.startswith("kaliper_gpu_") for line in group_lines(pushgateway, "gpu-exp")):
+            assert time.monotonic() < deadline, "no GPU series pushed"
+            time.sleep(0.1)
+        lines = group_lines(pushgateway, "gpu-exp")
+        gpu_lines = [line for line in lines if line.startswith("kaliper_gpu_")]
+        # One run-level group: each GPU series once, without a replica label (the replicas' groups have it).
+        assert {line.split("{")[0] for line in gpu_lines} == set(GPU_METRICS), gpu_lines
+        assert all("replica=" not in line and 'repetition="0"' in line for line in gpu_lines), gpu_lines
+        assert any(
+            line.startswith("kaliper_process_cpu_seconds_total{") and "replica=" in line for line in lines
+        )
+        assert "kaliper_gpu_energy_joules_total" in "\n".join(gpu_lines)
+        time.sleep(3.0)  # a few scrapes (every second)
+    finally:
+        block = sampler.stop(measured=GPU_FIGURES)
+    end = datetime.now(UTC)
+    assert not set(GPU_FIGURES) & set(block["missing"]), block["missing"]  # the caller measured them
+    assert "network_receive_bytes_per_second" in block["missing"]
+    found = promq.query_resources(
+        start,
+        end,
+        experiment="gpu-exp",
+        trial="t-000",
+        repetition=0,
+        scope="local",
+        url=prometheus.url,
+        rate="2s",
+    )
+    figures = found["figures"]
+    for name in GPU_FIGURES:
+        assert figures[name]["mean"] == pytest.approx(reading[name]), (name, figures[name])
+        assert "kaliper_gpu_" in figures[name]["promql"] and name not in found["missing"]
+    assert figures["gpu_sm_clock_mhz"]["unit"] == "MHz" and figures["gpu_power_watts"]["unit"] == "W"
+    assert group_gone(pushgateway, "gpu-exp", timeout_s=10)  # the run-level group deleted too
+
+
+def test_a_run_without_gpu_readings_pushes_no_gpu_group_and_says_so(pushgateway: Pushgateway) -> None:
+    key = {"experiment": "cpu-exp", "trial": "t-000", "repetition": "0"}
+    sampler = LocalSampler(
+        [os.getpid()], interval_s=0.1, pushgateway=pushgateway.url, grouping_key=key, grace_s=0.0,
+        gpu=FixedGpu({}),  # NVML unavailable: the reader has no reading
+    ).start()  # fmt: skip
+    time.sleep(0.4)
+    block = sampler.stop()
+    assert sampler.pushes > 0 and sampler.gpu_pushes == 0
+    assert block["missing"]["gpu_power_watts"] == "not measured: no GPU telemetry for this run"
+    assert block["missing"]["gpu_sm_clock_mhz"] == block["missing"]["gpu_temperature_celsius"]
 
 
 def test_manifest_scrape_config_snippet_is_valid_prometheus_config() -> None:

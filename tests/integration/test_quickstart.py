@@ -137,3 +137,15 @@ def test_report_rerun_is_identical(quickstart: dict[str, Any], kaliper: CliRunne
     assert proc.returncode == 0, proc.stderr
     after = {p.name: p.read_bytes() for p in (root / "report").iterdir()}
     assert before == after
+
+
+def test_a_cpu_machine_says_in_one_line_why_there_is_no_gpu(quickstart: dict[str, Any]) -> None:
+    """No driver here: every record and resources.json say so in one line, and nothing else changes."""
+    root: Path = quickstart["root"]
+    for record in _records(root):
+        assert record.hardware.gpus == []
+        assert record.hardware.gpu_note is not None
+        assert record.hardware.gpu_note.startswith("gpu telemetry unavailable: ")
+    for path in root.glob("trials/*/runs/*/resources.json"):
+        gpu = json.loads(path.read_text())["gpu"]
+        assert gpu["available"] is False and gpu["reason"].startswith("gpu telemetry unavailable: ")

@@ -12,7 +12,8 @@ from kaliper.errors import InputError
 from kaliper.reporter import write_report
 from kaliper.reporter.aggregate import ENV_WORKERS, load_experiment, report_workers
 from kaliper.reporter.baseline import ReportComparisons
-from kaliper.reporter.html import DETAIL_TRIALS, report_html
+from kaliper.reporter.gpu import DETAIL_TRIALS
+from kaliper.reporter.html import report_html
 from kaliper.reporter.outputs import report_markdown, results_csv
 from kaliper.reporter.parquet import results_parquet
 from kaliper.reporter.report import Report

@@ -91,6 +91,11 @@ def check_replayed(record: ResultRecord, meta: TraceMeta) -> None:
     assert derived["replay"]["same_cpu_model"] is True
     assert derived["replay"]["malloc_env_as_recorded"] is True and record.params["malloc_env_set"] is True
     assert derived["setup_s"]["total"] > 0
+    # the recording's judgement beside fidelity (the suite records with detection off: `unknown`)
+    judgement = meta.judged()
+    assert derived["trace"]["judgement"] == judgement.model_dump(
+        mode="json", include={"verdict", "reasons", "notes", "attempts", "accepted", "spread"}
+    )
 
 
 def test_replay_from_a_folder(kaliper: CliRunner, tmp_path: Path, bundle: Path) -> None:
@@ -244,6 +249,39 @@ def test_unknown_operator_is_skipped_and_counted(tmp_path: Path, bundle: Path) -
     assert 50 < derived["coverage_pct"] < 100
     coverage = measurement.metrics["coverage"].per_sample(measurement.samples.timed_ns)
     assert coverage == [derived["coverage_pct"]] * 3
+
+
+def test_replay_carries_the_recording_judgement(
+    tmp_path: Path, bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bundle stored although contended says so in every replay's record and on stderr; one recorded
+    before recordings were judged (no `judgement`) replays as `unknown`."""
+    judgement = {
+        "verdict": "contended",
+        "reasons": ["other processes used 1.67 of 2 cores (83% > 20%)"],
+        "attempts": 3,
+        "accepted": True,
+        "spread": {
+            "steps": 3, "median_ms": 1053.0, "min_ms": 386.0, "max_ms": 1432.0,
+            "iqr_over_median": 0.5, "max_over_min": 3.71,
+        },
+    }  # fmt: skip
+    old = rebundle(bundle, tmp_path / "old")
+    stored = json.loads((old / META_FILE).read_bytes())
+    stored.pop("judgement", None)
+    (old / META_FILE).write_text(json.dumps(stored))
+    contended = rebundle(bundle, tmp_path / "contended", judgement=judgement)
+    rule = SamplingRule(warmup=0, min_samples=2, max_samples=2)
+    params = {"iterations": 1, "reset": True, "device": "cpu", "threads": 1}
+    carried = run({"trace": str(contended), **params}, rule).derived["trace"]["judgement"]
+    assert carried["verdict"] == "contended" and carried["accepted"] is True and carried["attempts"] == 3
+    assert carried["reasons"] == judgement["reasons"] and carried["spread"]["max_over_min"] == 3.71
+    warning = capsys.readouterr().err
+    assert "was recorded contended (other processes used 1.67 of 2 cores" in warning
+    assert "fidelity's denominator, is not a quiet measurement" in warning
+    unjudged = run({"trace": str(old), **params}, rule).derived["trace"]["judgement"]
+    assert unjudged["verdict"] == "unknown" and "recorded before Kaliper judged" in unjudged["notes"][0]
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_cuda_trace_is_refused_on_cpu(tmp_path: Path, bundle: Path) -> None:

@@ -31,13 +31,13 @@ from kaliper.dashboards.generate import (
 from kaliper.monitoring.metrics import SUMMARY_JOB, SUMMARY_METRICS
 from kaliper.monitoring.prometheus import QUERIES
 from kaliper.monitoring.push import METRIC_NAMES
-from kaliper.monitoring.sampler import PROCESS_METRICS
+from kaliper.monitoring.sampler import GPU_METRICS, PROCESS_METRICS
 
 REGENERATE = os.environ.get("KALIPER_REGENERATE") == "1"
 GOLDEN_ROOTS = (REPO / DASHBOARD_DIR, REPO / MANIFEST_DIR)
 FILES = dashboard_files()
 DASHBOARDS = {LIVE_UID: LIVE_TITLE, RESULTS_UID: RESULTS_TITLE}
-EMITTED = set(METRIC_NAMES) | set(PROCESS_METRICS) | set(SUMMARY_METRICS)
+EMITTED = set(METRIC_NAMES) | set(PROCESS_METRICS) | set(GPU_METRICS) | set(SUMMARY_METRICS)
 # The metrics a dashboard may name: kaliper_* ones the project emits, and the cluster exporters' series.
 METRIC_NAME = re.compile(r"\b(kaliper_[a-z0-9_]+|container_[a-z0-9_]+|kube_[a-z0-9_]+|DCGM_[A-Z0-9_]+)\b")
 
@@ -186,7 +186,6 @@ def test_live_run_variables_and_units() -> None:
     assert units["CPU per replica (local)"] == units["CPU per pod (cluster)"] == "cores"
     assert units["Memory per replica (local)"] == units["Memory working set per pod (cluster)"] == "bytes"
     assert units["Last sample duration"] == "s"
-    assert units["GPU utilisation (cluster, DCGM)"] == "percent"
     exprs = "\n".join(expressions(board))
     for needed in (
         'rate(kaliper_process_cpu_seconds_total{job="kaliper-executor", ',
@@ -199,6 +198,38 @@ def test_live_run_variables_and_units() -> None:
         "kaliper_throughput",
     ):
         assert needed in exprs, needed
+
+
+GPU_PANELS = {
+    "GPU utilisation": ("percent", "kaliper_gpu_utilization_percent", "DCGM_FI_DEV_GPU_UTIL"),
+    "GPU power": ("watt", "kaliper_gpu_power_watts", "DCGM_FI_DEV_POWER_USAGE"),
+    "GPU SM clock": ("suffix: MHz", "kaliper_gpu_sm_clock_mhz", "DCGM_FI_DEV_SM_CLOCK"),
+    "GPU temperature": ("celsius", "kaliper_gpu_temperature_celsius", "DCGM_FI_DEV_GPU_TEMP"),
+    "GPU memory used": ("bytes", "kaliper_gpu_memory_used_bytes", "DCGM_FI_DEV_FB_USED"),
+}
+
+
+@pytest.mark.parametrize("uid", sorted(DASHBOARDS))
+def test_gpu_panels_show_the_local_series_and_dcgm_of_the_runs_pods(uid: str) -> None:
+    board = dashboard(uid)
+    found = {p["title"]: p for p in panels(board) if p["title"] in GPU_PANELS}
+    assert set(found) == set(GPU_PANELS), sorted(p["title"] for p in panels(board))
+    for title, (unit, local, dcgm) in GPU_PANELS.items():
+        panel = found[title]
+        assert panel["fieldConfig"]["defaults"]["unit"] == unit, title
+        exprs = [t["expr"] for t in panel["targets"]]
+        (mine,) = [e for e in exprs if local in e]
+        # The run-level group (kaliper.monitoring.sampler): no replica matcher, or it would match nothing.
+        assert 'job="kaliper-executor", experiment=~"$experiment"' in mine and "replica" not in mine, mine
+        (theirs,) = [e for e in exprs if dcgm in e]
+        assert (
+            'group_left () max by (namespace, pod) (kube_pod_labels{label_kaliper_dev_experiment=~"$experiment"'
+            in theirs
+        )
+    memory = [t["expr"] for t in found["GPU memory used"]["targets"] if "DCGM" in t["expr"]]
+    assert memory[0].endswith(" * 1048576")  # DCGM's MiB in bytes
+    power = [t["expr"] for t in found["GPU power"]["targets"]]
+    assert any("rate(kaliper_gpu_energy_joules_total{" in e for e in power)
 
 
 def test_results_variables_band_and_verdicts() -> None:
@@ -220,8 +251,9 @@ def test_results_variables_band_and_verdicts() -> None:
         if prop["id"] == "mappings"
     )
     assert sorted(mapping["options"]) == sorted(VERDICTS)
+    # The report's summaries, and (the GPU row) the series of the experiment's runs themselves.
     for expr in expressions(board):
-        assert f'job="{SUMMARY_JOB}"' in expr, expr
+        assert f'job="{SUMMARY_JOB}"' in expr or "kaliper_gpu_" in expr or "DCGM_" in expr, expr
 
 
 # --- metric names -----------------------------------------------------------------------------------
@@ -259,6 +291,7 @@ def test_every_summary_metric_and_process_metric_is_shown() -> None:
     names = {n for uid in DASHBOARDS for e in expressions(dashboard(uid)) for n in METRIC_NAME.findall(e)}
     assert set(SUMMARY_METRICS) <= names
     assert {"kaliper_process_cpu_seconds_total", "kaliper_process_resident_memory_bytes"} <= names
+    assert set(GPU_METRICS) <= names
     assert set(METRIC_NAMES) - {"kaliper_run_start_timestamp_seconds"} <= names  # that one drives variables
 
 

@@ -21,7 +21,8 @@ import yaml
 
 from kaliper.configurator import write_plan
 from kaliper.reporter.formatting import csv_cell, md_fence, md_text
-from kaliper.reporter.html import SCRIPT, report_html
+from kaliper.reporter.html import report_html
+from kaliper.reporter.html_page import SCRIPT
 from kaliper.reporter.outputs import report_markdown, results_csv
 from kaliper.reporter.report import Report, build_report
 from kaliper.results.documents import FailureInfo, to_document

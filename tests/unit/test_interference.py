@@ -145,8 +145,11 @@ def test_each_signal_gives_its_reason_with_figures() -> None:
     assert v.reasons == ["calibration probe ran 2.00x slower than this machine's history (> 1.15x)"]
     before = {"rate": 90.0, "unit": "GFLOP/s"}
     v = judge_interference(quiet_signals(), before, {"rate": 45.0, "unit": "GFLOP/s"})
+    # Changed on purpose (issue 26): without a history the two ends may differ by a machine's whole quiet
+    # spread, unknown yet, so it is assumed (1.5, the GPU VM's) and the drift allowed is 1.15 x 1.5.
     assert v.reasons == [
-        "calibration probe 2.00x slower after the run than before it (90.0 -> 45.0 GFLOP/s; > 1.15x)"
+        "calibration probe 2.00x slower after the run than before it (90.0 -> 45.0 GFLOP/s; > 1.72x: "
+        "1.15x beyond an assumed quiet spread of 1.50x, too little history)"
     ]
     assert not judge_interference(quiet_signals(), before, {"rate": 85.0}, history_ratio=0.9).contended
     # Several crossings: all reasons, signals object or dict alike.

@@ -126,8 +126,18 @@ def test_run_verdict_uses_history_and_only_quiet_signals_feed_it(tmp_path: Path)
     assert "other processes used 0.90 of 2 cores" in busy.verdict.reasons[0]
     assert len(store.rates("k [one]")) == 2  # the busy run's probes are not history
     store.add(probe_result(50))
+    # Changed on purpose (issue 26): 3 rates do not show a machine's spread (a bimodal probe may have
+    # shown one regime), so it is assumed to be 1.5 and 0.6x of them is not flagged yet ...
+    short = judge_run(signals(), probe_result(30), probe_result(31), spec, None)
+    assert short.verdict.verdict == "quiet"
+    early = judge_run(signals(others_share=0.45), probe_result(30), probe_result(31), spec, store)
+    assert early.probe is not None and early.probe.spread == 1.5 and early.probe.spread_assumed
+    assert not any("calibration probe" in r for r in early.verdict.reasons)
+    # ... while with 10 rates the spread is this machine's own (none here): 0.6x of it is slow.
+    store.add_many([probe_result(50)] * 7)
     slow = judge_run(signals(), probe_result(30), probe_result(31), spec, store)
     assert slow.probe is not None and slow.probe.baseline_rate == 50 and slow.probe.ratio == 0.6
+    assert (slow.probe.baseline_low, slow.probe.baseline_high, slow.probe.spread) == (50, 50, 1.0)
     assert any("slower than this machine's history" in r for r in slow.verdict.reasons)
     lenient = judge_run(signals(others_share=0.45), None, None, InterferenceSpec(others_share=0.5), None)
     assert lenient.verdict.verdict == "quiet" and lenient.thresholds["others_share"] == 0.5

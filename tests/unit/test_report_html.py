@@ -6,7 +6,7 @@ import re
 from html.parser import HTMLParser
 
 from kaliper.reporter.formatting import format_number as num
-from kaliper.reporter.html import SCRIPT, page_shell
+from kaliper.reporter.html_page import SCRIPT, page_shell
 from kaliper.reporter.plots import (
     Box,
     BoxGroup,

@@ -77,7 +77,8 @@ def test_lock_lines_and_packages() -> None:
 
 
 def test_cuda_detection() -> None:
-    cpu = lock_packages(["torch==2.13.0+cpu", "numpy==1.26.4", "sympy==1.14.0"])
+    # nvidia-ml-py (Kaliper's own NVML binding, pure Python) is in every lock: no CUDA build.
+    cpu = lock_packages(["torch==2.13.0+cpu", "numpy==1.26.4", "sympy==1.14.0", "nvidia-ml-py==13.615.71"])
     assert cuda_packages(cpu) == []
     pypi = lock_packages(
         [

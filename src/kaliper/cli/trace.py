@@ -1,5 +1,9 @@
 """`kaliper trace record|show`: record a PyTorch execution trace to replay later (ARCHITECTURE.md, "Trace
-replay"), and say what a recorded one holds. torch is imported only by the recording itself."""
+replay"), and say what a recorded one holds. torch is imported only by the recording itself.
+
+Recording is judged as a run is (kaliper.trace.record): pre-flight, then the neighbours and the timed
+steps' spread; a contended or unstable recording is recorded again, then refused (exit 1, nothing
+stored) unless --accept-contended. Both commands print the bundle's judgement beside its step times."""
 
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ import typer
 from kaliper.errors import TraceError
 
 if TYPE_CHECKING:
-    from kaliper.trace.bundle import TraceMeta
+    from kaliper.trace.bundle import TraceJudgement, TraceMeta
+    from kaliper.trace.judgement import Judging
 
 trace_app = typer.Typer(
     help="Record a PyTorch execution trace (Mystique) to replay under other stacks; show a recorded one.",
@@ -57,16 +62,48 @@ def record(
     name: Annotated[
         str | None, typer.Option(help="Name under traces/ in --storage (default: the trace id).")
     ] = None,
+    retime: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Record again, up to this many times, when a recording is contended (a neighbour, the "
+            "calibration probe) or unstable (its timed steps too far apart); then refuse (exit 1).",
+        ),
+    ] = 2,
+    accept_contended: Annotated[
+        bool,
+        typer.Option(
+            "--accept-contended",
+            help="Store a recording that stayed contended or unstable, its judgement saying so (every "
+            "replay's fidelity then carries it), instead of refusing it.",
+        ),
+    ] = False,
+    preflight: Annotated[
+        str,
+        typer.Option(
+            "--preflight",
+            envvar="KALIPER_PREFLIGHT",
+            help="Before each attempt, check that the machine is quiet, as `kaliper run` does: `on` waits "
+            "up to --preflight-wait then records anyway (the recording is judged), `strict` refuses "
+            "(exit 1), `off`.",
+        ),
+    ] = "on",
+    preflight_wait: Annotated[
+        str, typer.Option("--preflight-wait", help="How long pre-flight waits for a quiet machine (60s, 0).")
+    ] = "60s",
 ) -> None:
     """Record a few training steps of the built-in model, or of a command given after `--`.
 
     A command's steps are those it marks with kaliper.trace_steps(), else each optimizer.step().
+
+    Judged as a run is: a contended or unstable recording is made again (--retime), then refused.
 
     Example: kaliper trace record --storage file://./kaliper-results --name own-train -- python train.py
     """
     from kaliper.trace import record as recorder
     from kaliper.trace import store
 
+    judging = _judging(retime, accept_contended, preflight, preflight_wait)
     if (output is None) == (storage is None):
         raise TraceError("give one of --output DIR or --storage URL (where the trace is kept)")
     if name is not None and storage is None:
@@ -87,7 +124,7 @@ def record(
         if given:
             raise TraceError(f"{', '.join(given)}: options of the built-in model, not of a command")
         meta, data = recorder.command_bundle(
-            command, warmup=warmup, steps=steps, traced=traced, threads=threads
+            command, warmup=warmup, steps=steps, traced=traced, threads=threads, judging=judging
         )
     else:
         meta, data = recorder.model_bundle(
@@ -100,6 +137,7 @@ def record(
             steps=steps,
             traced=traced,
             threads=threads,
+            judging=judging,
         )
     if target is not None:
         prefix = store.store_bundle(target, name or meta.trace_id, meta, data)
@@ -110,6 +148,28 @@ def record(
         where = str(output.absolute())
     print(f"recorded: {where}")
     _summary(meta)
+
+
+def _judging(retime: int, accept: bool, preflight: str, wait: str) -> Judging:
+    from typing import cast
+
+    from kaliper.errors import InputError
+    from kaliper.local.preflight import MODES, PreflightMode
+    from kaliper.spec.units import parse_duration
+    from kaliper.trace.judgement import Judging
+
+    if preflight not in MODES:
+        raise InputError(f"--preflight: expected on, off or strict, not {preflight!r}")
+    try:
+        wait_s = 0.0 if wait.strip() in ("0", "0s") else parse_duration(wait)
+    except ValueError as exc:
+        raise InputError(f"--preflight-wait: {exc}") from None
+    return Judging(
+        retime=retime,
+        accept_contended=accept,
+        preflight=cast("PreflightMode", preflight),  # checked above
+        preflight_wait_s=wait_s,
+    )
 
 
 @trace_app.command("show")
@@ -177,6 +237,34 @@ def _summary(meta: TraceMeta) -> None:
         f"compressed (schema {meta.execution_trace.schema_version}); {len(meta.op_durations_ns)} timed operators"
     )
     print(f"recorded with: torch {torch_version}")
+    for line in judgement_lines(meta.judged()):
+        print(line)
+
+
+def judgement_lines(judgement: TraceJudgement) -> list[str]:
+    """The recording's judgement as `trace record` and `trace show` print it: the verdict with the steps'
+    spread and the attempts, then each reason and note."""
+    head = f"judgement: {judgement.verdict}"
+    if judgement.accepted:
+        head += " (stored with --accept-contended)"
+    details = []
+    spread, limits = judgement.spread, judgement.limits
+    if spread is not None:
+        against = (
+            f" (limits {limits['max_over_min']:.2f}, {limits['iqr_over_median']:.2f})"
+            if {"max_over_min", "iqr_over_median"} <= set(limits)
+            else ""
+        )
+        details.append(
+            f"timed steps max/min {spread.max_over_min:.2f}, IQR/median {spread.iqr_over_median:.2f}{against}"
+        )
+    if judgement.attempts > 1:
+        before = ", ".join(attempt.verdict for attempt in judgement.earlier)
+        details.append(f"attempt {judgement.attempts}; before it: {before}")
+    lines = [head + (f"; {'; '.join(details)}" if details else "")]
+    lines += [f"  reason: {reason}" for reason in judgement.reasons]
+    lines += [f"  note: {note}" for note in judgement.notes]
+    return lines
 
 
 def register(app: typer.Typer) -> None:

@@ -19,7 +19,7 @@ from grafana_foundation_sdk.models import dashboard as dashboard_models
 from grafana_foundation_sdk.models import prometheus as prometheus_models
 
 from kaliper.monitoring import metrics as summary
-from kaliper.monitoring.prometheus import POD_JOIN
+from kaliper.monitoring.prometheus import DCGM_MIB, POD_JOIN
 from kaliper.monitoring.push import JOB as LIVE_JOB
 from kaliper.monitoring.sampler import EXPORTER_JOB
 
@@ -34,6 +34,9 @@ CORES = "cores"
 BYTES = "bytes"
 SECONDS = "s"
 PERCENT = "percent"
+WATTS = "watt"
+CELSIUS = "celsius"
+MHZ = "suffix: MHz"
 
 DATASOURCE = dashboard_models.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
@@ -43,6 +46,11 @@ POD_SEL = 'label_kaliper_dev_experiment=~"$experiment", label_kaliper_dev_trial=
 JOIN = POD_JOIN.replace("$POD_SEL", POD_SEL)
 RESULT_SEL = 'spec=~"$spec", experiment=~"$experiment", metric=~"$metric", fingerprint=~"$fingerprint"'
 RUN_SEL = 'spec=~"$spec", experiment=~"$experiment", fingerprint=~"$fingerprint"'
+
+
+def joined(pod_sel: str) -> str:
+    """The join of a cluster series with the run's pods (kube_pod_labels) for these matchers."""
+    return POD_JOIN.replace("$POD_SEL", pod_sel)
 
 
 def live_series(metric: str) -> str:
@@ -156,3 +164,84 @@ def base_dashboard(title: str, uid: str, description: str) -> dashboard_builders
         .tooltip(dashboard_models.DashboardCursorSync.CROSSHAIR)
         .with_variable(datasource_variable())
     )
+
+
+def gpu_panels(
+    ids: PanelIds, run_sel: str, pod_sel: str, local_by: str, local_legend: str
+) -> list[timeseries.Panel]:
+    """The GPU panels (utilisation, power, SM clock, temperature, memory), each with the local run-level
+    `kaliper_gpu_*` series (kaliper.monitoring.sampler; `run_sel`: matchers on them, no `replica`: they are
+    the run's) and the cluster's dcgm-exporter series of the run's pods (`pod_sel`: kube_pod_labels
+    matchers). Names and aggregations as the `gpu_*` figures of kaliper.monitoring.prometheus."""
+    join = joined(pod_sel)
+
+    def local(metric: str) -> prometheus_builders.Dataquery:
+        # One series per run (a run-level group): `max` only drops the other labels.
+        expr = f'max by ({local_by}) ({metric}{{job="{EXPORTER_JOB}", {run_sel}}})'
+        return prom_query(expr, f"{local_legend} (local)", "A")
+
+    def cluster(metric: str, how: str = "avg", scale: str = "") -> prometheus_builders.Dataquery:
+        return prom_query(f"{how} by (pod, gpu) ({metric}{join}){scale}", "{{pod}} GPU {{gpu}}", "B")
+
+    dcgm = "dcgm-exporter's {} of the run's pods' GPUs (Kubernetes pod mapping, joined with kube_pod_labels)"
+    return [
+        timeseries_panel(
+            ids,
+            "GPU utilisation",
+            "Local: kaliper_gpu_utilization_percent (NVML, mean over the run's GPUs). Cluster: "
+            + dcgm.format("DCGM_FI_DEV_GPU_UTIL")
+            + ".",
+            PERCENT,
+            local("kaliper_gpu_utilization_percent"),
+            cluster("DCGM_FI_DEV_GPU_UTIL"),
+        )
+        .min(0)
+        .max(100),
+        timeseries_panel(
+            ids,
+            "GPU power",
+            "Local: kaliper_gpu_power_watts (NVML, summed over the run's GPUs) and the rate of its energy "
+            "counter kaliper_gpu_energy_joules_total. Cluster: "
+            + dcgm.format("DCGM_FI_DEV_POWER_USAGE")
+            + ".",
+            WATTS,
+            local("kaliper_gpu_power_watts"),
+            cluster("DCGM_FI_DEV_POWER_USAGE", "sum"),
+            prom_query(
+                f"max by ({local_by}) "
+                f'(rate(kaliper_gpu_energy_joules_total{{job="{EXPORTER_JOB}", {run_sel}}}[$__rate_interval]))',
+                f"{local_legend} (local, energy counter)",
+                "C",
+            ),
+        ).min(0),
+        timeseries_panel(
+            ids,
+            "GPU SM clock",
+            "Local: kaliper_gpu_sm_clock_mhz (NVML, mean over the run's GPUs). Cluster: "
+            + dcgm.format("DCGM_FI_DEV_SM_CLOCK")
+            + ". Below the maximum under load: read the clock-event reasons in the run's records.",
+            MHZ,
+            local("kaliper_gpu_sm_clock_mhz"),
+            cluster("DCGM_FI_DEV_SM_CLOCK"),
+        ).min(0),
+        timeseries_panel(
+            ids,
+            "GPU temperature",
+            "Local: kaliper_gpu_temperature_celsius (NVML, the run's hottest GPU). Cluster: "
+            + dcgm.format("DCGM_FI_DEV_GPU_TEMP")
+            + ".",
+            CELSIUS,
+            local("kaliper_gpu_temperature_celsius"),
+            cluster("DCGM_FI_DEV_GPU_TEMP", "max"),
+        ),
+        timeseries_panel(
+            ids,
+            "GPU memory used",
+            "Local: kaliper_gpu_memory_used_bytes (NVML, summed over the run's GPUs). Cluster: "
+            + dcgm.format("DCGM_FI_DEV_FB_USED (MiB, shown in bytes)")
+            + ".",
+            BYTES,
+            local("kaliper_gpu_memory_used_bytes"),
+            cluster("DCGM_FI_DEV_FB_USED", "sum", f" * {DCGM_MIB}"),
+        ).min(0),
+    ]

@@ -8,8 +8,11 @@ kernel text and thread mode, so a changed kernel starts a new history). It keeps
 The fingerprint hashes what makes probe rates comparable: CPU model, logical cores, architecture and
 host name (another machine with the same CPU has its own history: neighbours differ). Only probes of runs
 whose CPU signals were quiet are added (`CalibrationStore.add`'s caller decides), so a busy period does
-not drag the baseline down, while a machine that really became slower (no neighbours, still slower)
-moves its baseline within a window of runs.
+not drag the history down. A run is judged against the spread of the last 40 rates (ProbeHistory.spread:
+one run's pair, or 5%, left out at each end): a probe regime of this machine (the GPU VM's 40 and 58
+GFLOP/s) is inside it once it has shown up in more than 5% of them, and so is a machine that really
+became slower (no neighbours, still slower) after two runs. Pre-flight seeds a short history with a
+burst of probes (kaliper.local.preflight), so the regimes are known before the first run is judged.
 
 The store is a cache, never a record: unreadable lines are skipped, and when it cannot be written the
 run goes on without (a warning once).
@@ -25,6 +28,7 @@ import platform
 import socket
 import sys
 import tempfile
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -93,21 +97,25 @@ class CalibrationStore:
 
     def add(self, result: ProbeResult) -> None:
         """Append one probe; keep the last KEEP lines (rewritten atomically when over the bound)."""
-        entry = {
-            "key": result.key,
-            "rate": result.rate,
-            "unit": result.unit,
-            "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        }
-        line = json.dumps(entry, sort_keys=True)
+        self.add_many([result])
+
+    def add_many(self, results: Sequence[ProbeResult]) -> None:
+        """Append several probes at once (a run's two ends, a pre-flight burst): one write."""
+        if not results:
+            return
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        added = [
+            json.dumps({"key": r.key, "rate": r.rate, "unit": r.unit, "at": at}, sort_keys=True)
+            for r in results
+        ]
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            lines = [*self._lines(), line]
+            lines = [*self._lines(), *added]
             if len(lines) > KEEP:
                 self._replace(lines[-KEEP:])
             else:
                 with open(self.path, "a", encoding="utf-8") as file:
-                    file.write(line + "\n")
+                    file.write("".join(f"{line}\n" for line in added))
         except OSError as exc:
             if not self._warned:
                 print(f"warning: calibration history {self.path} not updated: {exc}", file=sys.stderr)

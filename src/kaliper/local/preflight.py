@@ -1,9 +1,18 @@
 """Pre-flight: before the first run of `kaliper run`, is this machine quiet enough to measure on?
 
 One check samples the machine for `SAMPLE_S` (other processes' CPU share and steal over every CPU this
-process may use: kaliper.monitoring.interference, nothing of the run's own yet) and times the calibration
-probe against this machine's history (kaliper.local.calibration). `judge_machine` is the pure decision
-(a sample and thresholds in, a verdict out); `preflight` is the waiting loop around it:
+process may use: kaliper.monitoring.interference, nothing of the run's own yet; and the compute processes
+on the GPUs the runs may use, kaliper.monitoring.nvml: any that works there is a neighbour) and times the calibration
+probe against the spread of this machine's quiet history (kaliper.local.calibration). `judge_machine` is
+the pure decision (a sample and thresholds in, a verdict out); `preflight` is the waiting loop around it.
+
+When the machine is quiet and its history holds fewer than `SEED_BELOW` (10) rates of the probe, a burst
+of `SEED_CALLS` (10) more probes, back to back, joins the history: about 0.3-0.5 s once per machine
+(30-50 ms a probe), so a machine whose probe has regimes (the GPU VM's, about 40 and 58 GFLOP/s, both
+seen within 20 calls) shows them before the first run is judged, instead of flagging the runs that
+happen to meet the regime the short history has not seen.
+
+Modes:
 
 - `on` (default): not quiet → a message, re-check every `RECHECK_S` up to `wait_s`; still not quiet →
   start anyway, saying so (the runs' own environment documents flag those that are contended);
@@ -16,20 +25,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from kaliper.analysis.interference import InterferenceVerdict, Thresholds, judge_interference
 from kaliper.errors import KaliperError
 from kaliper.local.calibration import CalibrationStore
 from kaliper.local.environment import timed_probe
 from kaliper.monitoring.interference import InterferenceWindow, Signals
-from kaliper.monitoring.probe import ProbeResult
+from kaliper.monitoring.nvml import GpuSampler
+from kaliper.monitoring.probe import ProbeResult, ProbeSpread
 
 PreflightMode = Literal["on", "off", "strict"]
 MODES: Final = ("on", "off", "strict")
 SAMPLE_S: Final = 1.5
 RECHECK_S: Final = 5.0
 DEFAULT_WAIT_S: Final = 60.0
+SEED_BELOW: Final = 10
+SEED_CALLS: Final = 10
 
 
 class MachineBusy(KaliperError):
@@ -38,9 +50,15 @@ class MachineBusy(KaliperError):
 
 @dataclass(frozen=True)
 class MachineSample:
+    """`history`: the spread of this machine's quiet probes (judged by it when given), `history_ratio`
+    the probe's rate over their median (the older form, judged with the fixed factor without `history`)."""
+
     signals: Signals | None
     probe: ProbeResult | None
     history_ratio: float | None
+    history: ProbeSpread | None = None
+    history_n: int = 0
+    gpu: dict[str, Any] | None = None  # the GPUs over the same seconds (kaliper.monitoring.nvml signals)
 
 
 @dataclass(frozen=True)
@@ -54,12 +72,17 @@ class PreflightResult:
 
 def judge_machine(sample: MachineSample, thresholds: Thresholds) -> InterferenceVerdict:
     """Quiet or not: the sample's CPU signals and its probe against history (no before/after pair)."""
-    return judge_interference(sample.signals, None, None, sample.history_ratio, thresholds)
+    if sample.history is not None and sample.probe is not None:
+        return judge_interference(
+            sample.signals, sample.probe, None, None, thresholds, history=sample.history, gpu=sample.gpu
+        )
+    return judge_interference(sample.signals, None, None, sample.history_ratio, thresholds, gpu=sample.gpu)
 
 
 def sample_machine(store: CalibrationStore | None, seconds: float = SAMPLE_S) -> MachineSample:
     """The machine over `seconds`, then the probe (not inside the window: its CPU is not a neighbour's)."""
     signals = None
+    gpu = GpuSampler().start()  # any compute process on the GPUs now is another's: nothing of ours runs yet
     try:
         window = InterferenceWindow()
         window.start()
@@ -67,11 +90,31 @@ def sample_machine(store: CalibrationStore | None, seconds: float = SAMPLE_S) ->
         signals = window.stop()
     except Exception:  # no /proc: judged by the probe alone
         signals = None
+    gpu_signals = gpu.stop().signals()
     result = timed_probe()
-    ratio = None
-    if result is not None and store is not None:
-        ratio = store.history(result.key).ratio(result.rate)
-    return MachineSample(signals, result, ratio)
+    if result is None or store is None:
+        return MachineSample(signals, result, None, gpu=gpu_signals)
+    history = store.history(result.key)
+    return MachineSample(
+        signals, result, history.ratio(result.rate), history.spread(), len(history.recent()), gpu_signals
+    )
+
+
+def seed_history(
+    store: CalibrationStore,
+    sample: MachineSample,
+    calls: int = SEED_CALLS,
+    take: Callable[[], ProbeResult | None] = timed_probe,
+) -> int:
+    """A quiet sample's probe joins the history, with a burst of `calls` more when the history is short
+    (fewer than SEED_BELOW rates); the number of probes added."""
+    if sample.probe is None:
+        return 0
+    added = [sample.probe]
+    if sample.history_n + 1 < SEED_BELOW:
+        added += [r for r in (take() for _ in range(calls)) if r is not None and r.key == sample.probe.key]
+    store.add_many(added)
+    return len(added)
 
 
 def preflight(
@@ -87,7 +130,8 @@ def preflight(
 ) -> PreflightResult:
     """Check, and wait while the machine is busy (up to `wait_s`); `echo` says what is going on.
 
-    Raises MachineBusy in `strict` mode when it stays busy. A quiet sample's probe joins the history.
+    Raises MachineBusy in `strict` mode when it stays busy. A quiet sample's probe joins the history,
+    with a burst of more when the history is short (`seed_history`).
     """
     take = sample or (lambda: sample_machine(store))
     if mode == "off":
@@ -101,7 +145,7 @@ def preflight(
         waited = clock() - start
         if not verdict.contended:
             if store is not None and current.probe is not None and current.signals is not None:
-                store.add(current.probe)
+                seed_history(store, current)
             if len(samples) > 1:
                 echo(f"pre-flight: the machine is quiet now (after {waited:.0f} s); starting")
             return PreflightResult(True, verdict, waited, len(samples), samples)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -35,6 +36,9 @@ from kaliper.local.calibration import CalibrationStore
 from kaliper.local.environment import RunMonitor, interference_of
 from kaliper.local.executor import JobResult, LocalExecutor, ReplicaProcess
 from kaliper.local.order import run_order
+from kaliper.monitoring.gpu_window import FIGURES as GPU_FIGURE_DEFS
+from kaliper.monitoring.gpu_window import GpuWindow
+from kaliper.monitoring.nvml import GpuSampler
 from kaliper.monitoring.sampler import LocalSampler
 from kaliper.monitoring.settings import prometheus_url, pushgateway_url
 from kaliper.reporter.trial_samples import write_trial_samples
@@ -49,6 +53,7 @@ from kaliper.storage import Storage, layout, open_storage
 from kaliper.workloads.command import framework_version
 from kaliper.workloads.lines import file_lines
 
+GPU_FIGURES = tuple(name for name, _, _ in GPU_FIGURE_DEFS)
 LOG_TAIL_LINES = 30
 LOG_LIMIT_ENV = "KALIPER_LOG_LIMIT"
 DEFAULT_LOG_LIMIT = 64 << 20
@@ -182,12 +187,14 @@ def run_one(
     manifest = for_repetition(trial.manifest, repetition)
     spec = interference_of(plan.experiment.sampling)
     monitor = _monitor(spec, settings)  # the probe before the run: outside the sampler's window
-    sampler = _sampler(plan, trial, repetition)
+    gpu = GpuSampler(env={**os.environ, **settings.env}).start()
+    sampler = _sampler(plan, trial, repetition, gpu)
     with tempfile.TemporaryDirectory(prefix="kaliper-logs-") as tmp:
 
         def follow(proc: ReplicaProcess) -> None:
             if proc.process is not None:
                 sampler.add(proc.process.pid, _replica(proc))
+                gpu.follow(proc.process.pid)
                 if monitor is not None:
                     monitor.follow(proc.process.pid)
             if settings.on_start is not None:
@@ -205,6 +212,7 @@ def run_one(
             result = executor.run(manifest)
         finally:
             block = sampler.stop()
+            gpu_window = gpu.stop()
             if monitor is not None:
                 monitor.close()
         limit = log_limit()
@@ -225,11 +233,14 @@ def run_one(
         window = _measurement_window(storage, plan, trial, repetition)
         if window is not None:
             block = sampler.summary(*window)
+        block = with_gpu(block, gpu_window, window)
         store_resources(storage, experiment, trial.doc.id, repetition, block)
     verdict: str = "unknown"
     reasons: tuple[str, ...] = ()
     if monitor is not None:
-        environment = monitor.document(experiment, trial.doc.id, repetition, attempt)
+        environment = monitor.document(
+            experiment, trial.doc.id, repetition, attempt, gpu=gpu_window.signals()
+        )
         store_environment(storage, environment)
         verdict, reasons = environment.verdict, tuple(environment.reasons)
     storage.put_json(layout.launch_key(experiment, trial.doc.id, repetition), to_document(launch))
@@ -337,11 +348,38 @@ def _replica(proc: ReplicaProcess) -> str:
     return replica_name(proc.replica_type, proc.index)
 
 
-def _sampler(plan: ExperimentPlan, trial: TrialPlan, repetition: int) -> LocalSampler:
-    """Samples the run's processes; also their process exporter when a Pushgateway is configured."""
+def _sampler(plan: ExperimentPlan, trial: TrialPlan, repetition: int, gpu: GpuSampler) -> LocalSampler:
+    """Samples the run's processes; also their process exporter (and the GPUs' live series) when a
+    Pushgateway is configured."""
     gateway = pushgateway_url(plan.experiment)
     key = {"experiment": plan.experiment.id, "trial": trial.doc.id, "repetition": str(repetition)}
-    return LocalSampler(pushgateway=gateway, grouping_key=key).start()
+    return LocalSampler(pushgateway=gateway, grouping_key=key, gpu=gpu).start()
+
+
+def with_gpu(
+    block: dict[str, Any], gpu: GpuWindow, window: tuple[datetime, datetime] | None
+) -> dict[str, Any]:
+    """The local resources block with the GPUs' figures over the same window, and the `gpu` block (its
+    clocks, power, energy, clock-event reasons), or the line saying why there are none."""
+    start, end = (window[0].timestamp(), window[1].timestamp()) if window is not None else (None, None)
+    figures = gpu.figures(start, end)
+    gpu_block = gpu.block(start, end)
+    missing = dict(block.get("missing", {}))
+    for name in GPU_FIGURES:
+        if name in figures:
+            missing.pop(name, None)
+        else:
+            missing[name] = gpu_block.get("reason") or missing.get(name) or "no GPU reading in the window"
+    merged = {
+        **block,
+        "figures": {**block.get("figures", {}), **figures},
+        "missing": missing,
+        "gpu": gpu_block,
+    }
+    if figures and not block.get("available"):
+        merged["available"] = True
+        merged.pop("reason", None)
+    return merged
 
 
 def _tail(path: Path, max_bytes: int = 64 << 10) -> str:

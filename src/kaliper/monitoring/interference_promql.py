@@ -22,6 +22,9 @@ and node_exporter's series are put on their node by the same `kube_pod_info` of 
 Every figure is a range query over the window summarised over time (the mean of a rate, times the window,
 for CPU seconds). The worst node (largest share of other processes plus steal) gives the `Signals`; every
 node's figures are kept under `nodes`. Parsing (`signals_of`) is pure, so it is tested on fixed answers.
+
+GPUs, from dcgm-exporter, are kaliper.monitoring.interference_dcgm's (`gpu_signals_of`), stored here as
+`signals["gpu"]` and judged with the CPU figures (`verdict_of`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from kaliper.analysis.interference import Thresholds, judge_interference
 from kaliper.monitoring import prometheus
 from kaliper.monitoring.deadline import Budget
 from kaliper.monitoring.interference import Signals
+from kaliper.monitoring.interference_dcgm import GPU_QUERIES, GpuQuery, Labelled, gpu_signals_of
 from kaliper.results.environment import EnvironmentDoc, Verdict
 
 NODE_OF_POD: Final = 'max by (namespace, pod, node) (kube_pod_info{node!=""})'
@@ -110,7 +114,7 @@ QUERIES: Final[tuple[NodeQuery, ...]] = (
 )
 
 
-def render(query: NodeQuery, pod_sel: str, rate: str) -> str:
+def render(query: NodeQuery | GpuQuery, pod_sel: str, rate: str) -> str:
     return query.template.replace("$POD_SEL", pod_sel).replace("$RATE", rate)
 
 
@@ -119,10 +123,13 @@ Series = dict[str, list[float]]  # node -> the values over the window, in time o
 
 @dataclass
 class Answer:
-    """What Prometheus answered for one run's window: per query, per node, the values."""
+    """What Prometheus answered for one run's window: per query, per node, the values; the GPU queries'
+    series whole (`gpu`), evaluated every `step_s` seconds."""
 
     series: dict[str, Series] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # query -> why it gave nothing
+    gpu: dict[str, list[Labelled]] = field(default_factory=dict)
+    step_s: float = 0.0
 
     @property
     def empty(self) -> bool:
@@ -227,22 +234,31 @@ def signals_of(answer: Answer, window_s: float) -> dict[str, Any] | None:
     return signals
 
 
-def verdict_of(signals: dict[str, Any] | None, thresholds: Thresholds) -> tuple[Verdict, list[str]]:
-    """`contended` on any crossing; `unknown` when neither the node's CPU use nor throttling is known."""
+def verdict_of(
+    signals: dict[str, Any] | None, thresholds: Thresholds, gpu: Mapping[str, Any] | None = None
+) -> tuple[Verdict, list[str], list[str]]:
+    """Verdict, reasons and notes: `contended` on any crossing, the GPU's included (another pod on the
+    run's GPU, hardware slowdown: `gpu`, the `gpu_signals_of` of the run); `unknown` when neither the
+    node's CPU use nor throttling is known and the GPU did not make it contended. Notes: what the judge
+    records without counting it (the GPU's software power cap)."""
+    judged = judge_interference(signals or {}, thresholds=thresholds, gpu=gpu)
+    notes = list(judged.notes)
+    if judged.contended:
+        return "contended", list(judged.reasons), notes
     if signals is None:
-        return "unknown", [
+        why = (
             "Prometheus has no series for the run's pods in its window (kube-state-metrics kube_pod_labels/"
             "kube_pod_info, cAdvisor, node_exporter)"
-        ]
-    judged = judge_interference(signals, thresholds=thresholds)
-    if judged.contended:
-        return "contended", list(judged.reasons)
+        )
+        return "unknown", [why], notes
     if signals.get("others_share") is None and signals.get("steal_share") is None:
         missing = signals.get("missing", {})
-        return "unknown", [
-            f"{name}: {why}" for name, why in missing.items() if name != "involuntary_ctx_switches"
-        ]
-    return "quiet", []
+        return (
+            "unknown",
+            [f"{name}: {why}" for name, why in missing.items() if name != "involuntary_ctx_switches"],
+            notes,
+        )
+    return "quiet", [], notes
 
 
 def duration_seconds(duration: str) -> float | None:
@@ -270,31 +286,50 @@ def evaluation_start(start: datetime, end: datetime, rate: str) -> datetime:
     return min(start + timedelta(seconds=seconds), end)
 
 
+def _range(
+    client: Any, promql: str, start: datetime, end: datetime, step: int, timeout: float
+) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = client.custom_query_range(
+        promql, start_time=start, end_time=end, step=f"{step}s", timeout=timeout
+    )
+    return result
+
+
 def query_answer(
     url: str, start: datetime, end: datetime, pod_sel: str, rate: str, budget: Budget, timeout_s: float = 10.0
 ) -> Answer | str:
-    """Every query of `QUERIES` over [start, end], or why Prometheus could not be asked (then nothing is
-    worth storing: a later report asks again)."""
+    """Every query of `QUERIES` and `GPU_QUERIES` over [start, end], or why Prometheus could not be asked
+    (then nothing is worth storing: a later report asks again). The GPU series are gauges, asked over the
+    whole window; the rates from `rate` after its start (`evaluation_start`)."""
     client, why = prometheus.connect(url, budget, timeout_s)
     if client is None:
         return why or f"Prometheus at {url} unreachable"
-    start = evaluation_start(start, end, rate)
-    step = prometheus.step_seconds(start, end)
-    answer = Answer()
-    for query in QUERIES:
+    rated = evaluation_start(start, end, rate)
+    answer = Answer(step_s=float(prometheus.step_seconds(start, end)))
+    queries: list[tuple[NodeQuery | GpuQuery, datetime]] = [(q, rated) for q in QUERIES]
+    queries += [(q, start) for q in GPU_QUERIES]
+    for query, first in queries:
         timeout = budget.timeout(timeout_s)
         if timeout is None:
             return f"not asked: {budget.reason}"
+        step = prometheus.step_seconds(first, end)
         try:
-            result = client.custom_query_range(
-                render(query, pod_sel, rate), start_time=start, end_time=end, step=f"{step}s", timeout=timeout
-            )
+            result = _range(client, render(query, pod_sel, rate), first, end, step, timeout)
         except Exception as exc:  # one failing query must not hide the others
             if prometheus.unreachable(exc):
                 reason = f"Prometheus at {url} stopped answering: {type(exc).__name__}: {exc}"
                 budget.give_up(reason)
                 return reason
             answer.failed[query.name] = f"query failed: {type(exc).__name__}: {exc}"
+            continue
+        if isinstance(query, GpuQuery):
+            answer.gpu[query.name] = [
+                Labelled(
+                    {str(k): str(v) for k, v in series.get("metric", {}).items()},
+                    [(float(t), float(v)) for t, v in series.get("values", [])],
+                )
+                for series in result
+            ]
             continue
         per_node: Series = {}
         for series in result:
@@ -332,8 +367,10 @@ def query_environment(
         time.sleep(1.0)
     window_s = (window[1] - window[0]).total_seconds()
     signals = signals_of(answer, window_s)
-    verdict, reasons = verdict_of(signals, thresholds)
+    gpu = gpu_signals_of(answer, window_s)
+    verdict, reasons, notes = verdict_of(signals, thresholds, gpu)
     document: dict[str, Any] = {} if signals is None else signals
+    document["gpu"] = gpu
     if answer.failed:
         document = {**document, "failed": dict(answer.failed)}
     document["window"] = {"start": window[0].isoformat(), "end": window[1].isoformat(), "rate": rate}
@@ -344,6 +381,7 @@ def query_environment(
         source="prometheus",
         verdict=verdict,
         reasons=reasons,
+        notes=notes or None,
         signals=document,
         thresholds=thresholds.to_dict(),
     )

@@ -10,8 +10,17 @@ Two scopes:
   which kube-prometheus-stack sets through `kube-state-metrics.metricLabelsAllowlist`).
 - `local`: what was pushed to the Pushgateway (scraped with `honor_labels: true`, so the series keep
   their experiment/trial/repetition labels): the local executor's process exporter (CPU, RSS, disk I/O
-  of each replica's process tree, `kaliper.monitoring.sampler`) and the replicas' live metrics
-  (`kaliper.monitoring.push`). Throttling, network and GPU have no local counterpart: listed as missing.
+  of each replica's process tree, and the run's GPU readings when it has a GPU: `kaliper_gpu_*`,
+  `kaliper.monitoring.sampler`) and the replicas' live metrics (`kaliper.monitoring.push`). Throttling
+  and network have no local counterpart: listed as missing. A run without a GPU has no `kaliper_gpu_*`
+  series: its GPU figures are missing with "no data in the window".
+
+The GPU figures have the same names in both scopes: `gpu_utilization_percent` (mean over the run's GPUs),
+`gpu_memory_used_bytes` and `gpu_power_watts` (summed), `gpu_sm_clock_mhz` (mean), `gpu_temperature_celsius`
+(the hottest). On a cluster they come from dcgm-exporter's default counters (NVIDIA/dcgm-exporter,
+etc/default-counters.csv: DCGM_FI_DEV_GPU_UTIL %, DCGM_FI_DEV_FB_USED MiB, DCGM_FI_DEV_POWER_USAGE W,
+DCGM_FI_DEV_SM_CLOCK MHz, DCGM_FI_DEV_GPU_TEMP °C), on the series its Kubernetes mapping
+(`--kubernetes`) labels with the `namespace`/`pod` of the pod the GPU is allocated to.
 
 The range of rate() is `KALIPER_PROMETHEUS_RATE` (default 1m); it must cover at least two scrapes, and a
 shorter one follows short runs more closely when Prometheus scrapes often.
@@ -50,6 +59,7 @@ Scope = Literal["cluster", "local"]
 PODS = "max by (namespace, pod) (kube_pod_labels{$POD_SEL})"
 POD_JOIN = " * on (namespace, pod) group_left () " + PODS
 CONTAINERS = 'container!="", container!="POD"'
+DCGM_MIB = 1048576  # DCGM_FI_DEV_FB_USED is in MiB
 
 
 @dataclass(frozen=True)
@@ -119,9 +129,10 @@ QUERIES: tuple[Query, ...] = (
     ),
     # DCGM exporter series carry namespace/pod of the pod using the GPU (Kubernetes mapping enabled).
     Query("gpu_utilization_percent", "cluster", "percent", f"avg(DCGM_FI_DEV_GPU_UTIL{POD_JOIN})"),
-    # DCGM reports framebuffer memory in MiB.
-    Query("gpu_memory_used_bytes", "cluster", "bytes", _cadvisor("DCGM_FI_DEV_FB_USED") + " * 1048576"),
+    Query("gpu_memory_used_bytes", "cluster", "bytes", _cadvisor("DCGM_FI_DEV_FB_USED") + f" * {DCGM_MIB}"),
     Query("gpu_power_watts", "cluster", "W", _cadvisor("DCGM_FI_DEV_POWER_USAGE")),
+    Query("gpu_sm_clock_mhz", "cluster", "MHz", f"avg(DCGM_FI_DEV_SM_CLOCK{POD_JOIN})"),
+    Query("gpu_temperature_celsius", "cluster", "°C", f"max(DCGM_FI_DEV_GPU_TEMP{POD_JOIN})"),
     # The local executor's process exporter (kaliper.monitoring.sampler), pushed per replica.
     Query(
         "cpu_cores",
@@ -146,6 +157,27 @@ QUERIES: tuple[Query, ...] = (
         "local",
         "bytes/s",
         'sum(rate(kaliper_process_written_bytes_total{job="kaliper-executor", $SEL}[$RATE]))',
+    ),
+    # The run's GPU readings (kaliper.monitoring.sampler, a run-level group: one series per metric).
+    Query(
+        "gpu_utilization_percent",
+        "local",
+        "percent",
+        'avg(kaliper_gpu_utilization_percent{job="kaliper-executor", $SEL})',
+    ),
+    Query(
+        "gpu_memory_used_bytes",
+        "local",
+        "bytes",
+        'sum(kaliper_gpu_memory_used_bytes{job="kaliper-executor", $SEL})',
+    ),
+    Query("gpu_power_watts", "local", "W", 'sum(kaliper_gpu_power_watts{job="kaliper-executor", $SEL})'),
+    Query("gpu_sm_clock_mhz", "local", "MHz", 'avg(kaliper_gpu_sm_clock_mhz{job="kaliper-executor", $SEL})'),
+    Query(
+        "gpu_temperature_celsius",
+        "local",
+        "°C",
+        'max(kaliper_gpu_temperature_celsius{job="kaliper-executor", $SEL})',
     ),
     Query("samples_total", "local", "samples", 'sum(kaliper_samples_total{job="kaliper", $SEL})'),
     Query("last_sample_seconds", "local", "s", 'max(kaliper_last_sample_seconds{job="kaliper", $SEL})'),

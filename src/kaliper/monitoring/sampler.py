@@ -17,17 +17,34 @@ children), the CPU seconds, resident memory and disk bytes read/written. It serv
   (`kaliper.monitoring.prometheus`, scope `local`). The groups are deleted after a grace period once the
   run ends, as the replicas' own live groups are. The labels are the grouping key only: bounded.
 
+GPU series: given a `gpu` reader (`GpuReadings`: anything with `latest() -> dict[str, float]`, such as
+`kaliper.monitoring.nvml.GpuSampler`, which follows the whole run's processes and sums or averages over
+the run's GPUs), each push also sends one run-level group, under the same job and the grouping key
+experiment/trial/repetition *without* `replica` (the readings are the run's, not one replica's: put in
+every replica's group they would be counted once per replica by any `sum`), holding
+
+  - `kaliper_gpu_utilization_percent` (gauge): NVML utilisation, mean over the run's GPUs,
+  - `kaliper_gpu_memory_used_bytes`, `kaliper_gpu_power_watts` (gauges): summed over the run's GPUs,
+  - `kaliper_gpu_sm_clock_mhz` (gauge): mean SM clock; `kaliper_gpu_temperature_celsius`: the hottest GPU,
+  - `kaliper_gpu_energy_joules_total` (counter): NVML's energy counter (since the driver loaded), summed,
+
+only those the reader gave, and nothing at all while it gives none (no GPU, no driver). No other label:
+no per-device or per-process label, so one series per metric per run. A reader that raises is warned
+about once and counts as giving nothing; it never stops the process sampling.
+
 A process that exits keeps its last reading, so counters never go backwards.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 from prometheus_client import CollectorRegistry, delete_from_gateway, push_to_gateway
@@ -43,6 +60,27 @@ PROCESS_METRICS = (
     "kaliper_process_read_bytes_total",
     "kaliper_process_written_bytes_total",
 )
+# A GPU reading's key -> (metric family name, help, is a counter). The family name of a counter has no
+# `_total`: prometheus-client appends it (kaliper_gpu_energy_joules_total).
+_GPU_SERIES: tuple[tuple[str, str, str, bool], ...] = (
+    ("gpu_utilization_percent", "kaliper_gpu_utilization_percent", "GPU utilisation, mean over the run's GPUs.", False),
+    ("gpu_memory_used_bytes", "kaliper_gpu_memory_used_bytes", "GPU memory used, summed over the GPUs.", False),
+    ("gpu_power_watts", "kaliper_gpu_power_watts", "GPU power draw, summed over the run's GPUs.", False),
+    ("gpu_sm_clock_mhz", "kaliper_gpu_sm_clock_mhz", "SM clock, mean over the run's GPUs.", False),
+    ("gpu_temperature_celsius", "kaliper_gpu_temperature_celsius", "The hottest GPU's temperature.", False),
+    ("gpu_energy_joules", "kaliper_gpu_energy_joules", "NVML energy counter, summed over the GPUs.", True),
+)  # fmt: skip
+GPU_METRICS = tuple(name + ("_total" if counter else "") for _, name, _, counter in _GPU_SERIES)
+# The resources figures a GPU reader gives (kaliper.monitoring.nvml); the energy counter is not one.
+GPU_FIGURES = tuple(key for key, _, _, counter in _GPU_SERIES if not counter)
+GPU_NOT_MEASURED = "not measured: no GPU telemetry for this run"
+
+
+class GpuReadings(Protocol):
+    """What LocalSampler needs of a GPU sampler (kaliper.monitoring.nvml.GpuSampler fits): the latest
+    reading over the run's GPUs, keys as in `_GPU_SERIES`, {} while there is none."""
+
+    def latest(self) -> dict[str, float]: ...
 
 
 @dataclass
@@ -114,8 +152,20 @@ class _TreeCollector(Collector):
         )
 
 
+class _GpuCollector(Collector):
+    def __init__(self, reading: Mapping[str, float]) -> None:
+        self.reading = reading
+
+    def collect(self) -> Any:
+        for key, name, help_text, counter in _GPU_SERIES:
+            if key in self.reading:
+                family = CounterMetricFamily if counter else GaugeMetricFamily
+                yield family(name, help_text, self.reading[key])
+
+
 class LocalSampler:
-    """Samples replica process trees; pushes them as a process exporter when `pushgateway` is given."""
+    """Samples replica process trees; pushes them as a process exporter when `pushgateway` is given,
+    with the run's GPU series when a `gpu` reader is given."""
 
     def __init__(
         self,
@@ -126,10 +176,14 @@ class LocalSampler:
         grouping_key: dict[str, str] | None = None,
         grace_s: float = 2.0,
         timeout_s: float = 2.0,
+        gpu: GpuReadings | None = None,
     ) -> None:
         self.interval_s = interval_s
         self.pushgateway = pushgateway
         self.grouping_key = dict(grouping_key or {})
+        self.gpu = gpu
+        self.gpu_pushes = 0
+        self._gpu_warned = False
         self.grace_s = grace_s
         self.timeout_s = timeout_s
         self.cores: list[float] = []
@@ -175,8 +229,9 @@ class LocalSampler:
         self._thread.start()
         return self
 
-    def stop(self) -> dict[str, Any]:
-        """Stop sampling (one last reading), push the final values and delete the groups; the block."""
+    def stop(self, *, measured: Collection[str] = ()) -> dict[str, Any]:
+        """Stop sampling (one last reading), push the final values and delete the groups; the block
+        (`measured`: as for `summary`)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
@@ -191,7 +246,7 @@ class LocalSampler:
         if self.pushgateway:
             self._push_all()
             threading.Thread(target=self._delete_groups, name="kaliper-sampler-delete").start()
-        return self.summary()
+        return self.summary(measured=measured)
 
     # ------------------------------------------------------------------------------------------ sampling
 
@@ -233,46 +288,79 @@ class LocalSampler:
     def _key(self, replica: str) -> dict[str, str]:
         return {**self.grouping_key, "replica": replica}
 
+    def _run_key(self) -> dict[str, str]:
+        """The run-level group of the GPU series: the grouping key without `replica`."""
+        return {k: v for k, v in self.grouping_key.items() if k != "replica"}
+
+    def gpu_reading(self) -> dict[str, float]:
+        """The GPU reader's latest reading, known keys with finite values only; {} without one, or when
+        it raises (warned once: a broken reader must not stop the process sampling)."""
+        if self.gpu is None:
+            return {}
+        try:
+            reading = self.gpu.latest()
+        except Exception as exc:  # monitoring must never fail a run
+            if not self._gpu_warned:
+                self._gpu_warned = True
+                log.warning("kaliper monitoring: the GPU reader failed: %s (further failures silent)", exc)
+            return {}
+        known = {key for key, _, _, _ in _GPU_SERIES}
+        out: dict[str, float] = {}
+        for key, value in (reading or {}).items():
+            if key in known and isinstance(value, int | float) and math.isfinite(value):
+                out[key] = float(value)
+        return out
+
     def _push_all(self) -> None:
         """Push every replica's group; the first failure ends the pushing (one warning, one timeout)."""
         assert self.pushgateway is not None
         with self._lock:
             trees = dict(self._trees)
         for replica, tree in trees.items():
-            if self.gave_up:
-                return
             registry = CollectorRegistry()
             registry.register(_TreeCollector(tree))
-            try:
-                push_to_gateway(
-                    self.pushgateway,
-                    job=EXPORTER_JOB,
-                    registry=registry,
-                    grouping_key=self._key(replica),
-                    timeout=self.timeout_s,
-                )
-                self.pushes += 1
-            except Exception as exc:  # monitoring must never fail a run
-                self.gave_up = True
-                self._warn(f"could not push process metrics to {self.pushgateway}: {exc}")
+            if not self._push(registry, self._key(replica)):
+                return
+            self.pushes += 1
+        reading = self.gpu_reading()
+        if reading and self._push(_registry(_GpuCollector(reading)), self._run_key()):
+            self.gpu_pushes += 1
+
+    def _push(self, registry: CollectorRegistry, key: dict[str, str]) -> bool:
+        if self.gave_up:
+            return False
+        assert self.pushgateway is not None
+        try:
+            push_to_gateway(
+                self.pushgateway,
+                job=EXPORTER_JOB,
+                registry=registry,
+                grouping_key=key,
+                timeout=self.timeout_s,
+            )
+        except Exception as exc:  # monitoring must never fail a run
+            self.gave_up = True
+            self._warn(f"could not push process metrics to {self.pushgateway}: {exc}")
+            return False
+        return True
 
     def _delete_groups(self) -> None:
         """Not a daemon: the last run's groups are still deleted when `kaliper run` is about to exit.
 
         Nothing to delete (and no grace to wait) once a push failed; the first failed delete ends it."""
-        if self.gave_up or not self.pushes:
+        if self.gave_up or not (self.pushes or self.gpu_pushes):
             return
         time.sleep(self.grace_s)
         assert self.pushgateway is not None
-        for replica in list(self._trees):
+        keys = [self._key(replica) for replica in list(self._trees)]
+        if self.gpu_pushes:
+            keys.append(self._run_key())
+        for key in keys:
             if self.gave_up:
                 return
             try:
                 delete_from_gateway(
-                    self.pushgateway,
-                    job=EXPORTER_JOB,
-                    grouping_key=self._key(replica),
-                    timeout=self.timeout_s,
+                    self.pushgateway, job=EXPORTER_JOB, grouping_key=key, timeout=self.timeout_s
                 )
             except Exception as exc:  # monitoring must never fail a run
                 self.gave_up = True
@@ -285,10 +373,15 @@ class LocalSampler:
 
     # ------------------------------------------------------------------------------------------ the block
 
-    def summary(self, start: datetime | None = None, end: datetime | None = None) -> dict[str, Any]:
+    def summary(
+        self, start: datetime | None = None, end: datetime | None = None, *, measured: Collection[str] = ()
+    ) -> dict[str, Any]:
         """The block over [start, end] (default: all of the sampling), from the readings taken in it.
 
-        A reading covers the interval before it, so the one just after `end` is included.
+        A reading covers the interval before it, so the one just after `end` is included. `missing` lists
+        the cluster figures with no local counterpart and the GPU figures (`GPU_FIGURES`), except those
+        named in `measured`: figures the caller measured elsewhere and puts in the block itself (the GPU
+        figures of kaliper.monitoring.nvml's window), which must not be listed as missing beside them.
         """
         stopped = self.finished or datetime.now(UTC)
         start = max(start or self.started, self.started)
@@ -330,6 +423,8 @@ class LocalSampler:
                     "method": method,
                 }
         missing = {name: "not measured for local processes" for name in LOCAL_NOT_MEASURED}
+        missing.update({name: GPU_NOT_MEASURED for name in GPU_FIGURES})
+        missing = {name: why for name, why in missing.items() if name not in measured}
         block: dict[str, Any] = {
             "available": bool(figures),
             "source": "local-sampler",
@@ -343,12 +438,16 @@ class LocalSampler:
         return block
 
 
-# Cluster figures that have no local counterpart (no cgroup of our own, no per-process network, no DCGM).
+def _registry(collector: Collector) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return registry
+
+
+# Cluster figures that have no local counterpart (no cgroup of our own, no per-process network). The GPU
+# figures have one (the GPU reader, `GPU_FIGURES`): measured when the run has a GPU, not listed here.
 LOCAL_NOT_MEASURED = (
     "cpu_throttling_ratio",
     "network_receive_bytes_per_second",
     "network_transmit_bytes_per_second",
-    "gpu_utilization_percent",
-    "gpu_memory_used_bytes",
-    "gpu_power_watts",
 )

@@ -49,7 +49,8 @@ def format_bytes(value: float | None) -> str:
 
 
 # The resource table of report.md and report.html: (column, figures to try in order, statistic, whether
-# the figure is bytes (shown with format_bytes) rather than a plain number).
+# the figure is bytes (shown with format_bytes) rather than a plain number). A column is shown only where
+# some run has its figure: a report without GPU figures has no GPU column.
 RESOURCE_COLUMNS: tuple[tuple[str, tuple[str, ...], str, bool], ...] = (
     ("CPU cores mean", ("cpu_cores",), "mean", False),
     ("CPU cores max", ("cpu_cores",), "max", False),
@@ -59,6 +60,9 @@ RESOURCE_COLUMNS: tuple[tuple[str, tuple[str, ...], str, bool], ...] = (
     ("net rx/s", ("network_receive_bytes_per_second",), "mean", True),
     ("GPU util %", ("gpu_utilization_percent",), "mean", False),
     ("GPU power W", ("gpu_power_watts",), "mean", False),
+    ("GPU SM clock MHz", ("gpu_sm_clock_mhz",), "mean", False),
+    ("GPU temp °C max", ("gpu_temperature_celsius",), "max", False),
+    ("GPU memory peak", ("gpu_memory_used_bytes",), "max", True),
 )
 
 

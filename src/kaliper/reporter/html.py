@@ -2,95 +2,45 @@
 
 A pure function of the stored documents, like the other report files: same input, same bytes. Every
 string from records and specs is escaped where it is interpolated (plots.esc: html.escape with quotes,
-text and attributes alike; table cells are escaped before `_table`); nothing untrusted goes inside the
-`<style>` or `<script>` elements, which are constants; a Content-Security-Policy allows no network
-fetches and only the page's own (hash-pinned) script, which marks `<body data-kaliper-ready="1">` once
-it ran, so even a missed escape could not run a script.
+text and attributes alike; table cells are escaped before `html_page.table`); nothing untrusted goes
+inside the `<style>` or `<script>` elements, which are constants; a Content-Security-Policy allows no
+network fetches and only the page's own (hash-pinned) script, which marks `<body data-kaliper-ready="1">`
+once it ran, so even a missed escape could not run a script (kaliper.reporter.html_page). The "Resource
+use" section is kaliper.reporter.html_resources'.
 
 Runs judged contended (environment.json) are marked in their trial's run table (`class="contended"`) and
 each trial says how many were left out and why; without environment documents the page is unchanged.
+A trace replay's recording judgement is a note under the results table, only where records carry one.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from typing import Any
 
-from kaliper.errors import redactor
 from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult, run_medians
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import HEADERS
-from kaliper.reporter.contended import left_out_note, method_note, run_label
+from kaliper.reporter.contended import RECORDING_NOTE, left_out_note, method_note, recording_lines, run_label
 from kaliper.reporter.formatting import (
     KEY_PACKAGES,
-    RESOURCE_COLUMNS,
     format_bytes,
     format_number,
-    resource_figure,
     sampling_text,
     several_stacks,
     workload_label,
 )
-from kaliper.reporter.plots import Box, BoxGroup, Point, bars_svg, distribution_svg, esc, scaling_svg
+from kaliper.reporter.gpu import ENERGY_NOTE, gpu_description, gpu_label, gpu_note
+from kaliper.reporter.html_page import DETAIL_FAILURES, STYLE_CONTENDED, detail_trials, page_shell, table
+from kaliper.reporter.html_resources import resource_section
+from kaliper.reporter.outputs import any_telemetry, efficiency_cell, efficiency_columns
+from kaliper.reporter.plots import Box, BoxGroup, Point, distribution_svg, esc, scaling_svg
 from kaliper.reporter.report import Report
 from kaliper.reporter.stackdiff import difference_lines, heading
 from kaliper.reporter.verdict_tables import sections
 
-SCRIPT = "document.body.setAttribute('data-kaliper-ready', '1');"
-STYLE = """
-body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1200px;
- padding:0 16px;color:#222}
-h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
-h3{font-size:15px}table{border-collapse:collapse;margin:8px 0 16px}
-th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f4f4f4}
-td.n{text-align:right;font-variant-numeric:tabular-nums}
-pre{background:#f6f6f6;padding:8px;overflow:auto;max-height:300px;white-space:pre-wrap}
-.st-ok,.v-faster{color:#176f2c}.v-slower{color:#b00020;font-weight:600}.st-failed,.st-timeout,.st-missing{color:#b00020;font-weight:600}
-.st-partial,.st-not_converged{color:#9a6700}.note{color:#555}figure{margin:8px 0 20px;overflow-x:auto}
-svg text{font:11px system-ui,sans-serif;fill:#333}svg .pt{text-anchor:middle;font-size:13px;font-weight:600}
-svg .yt{text-anchor:end}svg .xt,svg .gl{text-anchor:middle}svg .al{text-anchor:middle}
-svg .grid{stroke:#e6e6e6}svg .box{fill:#dfe9f5;stroke:#4a6a8a}svg .wh{stroke:#4a6a8a}
-svg .bm{stroke:#123;stroke-width:2}svg .pt-s{fill-opacity:.55}svg .med{stroke:#d62728;stroke-width:2}
-svg .ci{fill:#d62728;fill-opacity:.12}svg .mx{stroke:#222;stroke-width:2}svg .lg{fill:#555}
-"""
-STYLE_CONTENDED = ".contended{color:#9a6700;font-weight:600}\n"  # added only when a run has environment.json
-
-
-def _table(header: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
-    """A table; `header` is plain text (escaped here), `rows` are HTML cells already escaped."""
-    numeric = numeric or set()
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = "".join(
-        "<tr>"
-        + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
-        + "</tr>"
-        for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
 
 def _status(status: str) -> str:
     return f'<span class="st-{esc(status)}">{esc(status)}</span>'
-
-
-# Per-trial detail (run tables, distributions, resource bars) for the first DETAIL_TRIALS trials only, and
-# at most DETAIL_FAILURES failed runs: a sweep of 10,000 trials would otherwise give a page of 200 MB that
-# no browser shows. Every trial is in the results table, summary.json and results.csv.
-DETAIL_TRIALS = 40
-DETAIL_FAILURES = 100
-
-
-def _detail(result: ExperimentResult) -> tuple[list[TrialResult], list[str]]:
-    """The trials shown in detail, and the note saying what was left out."""
-    shown = result.trials[:DETAIL_TRIALS]
-    left = len(result.trials) - len(shown)
-    if not left:
-        return shown, []
-    return shown, [
-        f'<p class="note">Detail for the first {len(shown)} of {len(result.trials)} trials; the other {left} '
-        "are in the results table above, summary.json and results.csv.</p>"
-    ]
 
 
 def _point(trial: TrialResult) -> str:
@@ -116,17 +66,26 @@ def _header(result: ExperimentResult, summary: dict[str, Any]) -> list[str]:
         ("Python", ", ".join(prov["python"]) or "–"),
         ("Stack ids", ", ".join(prov["stack_ids"]) or "–"),
         ("Hardware", f"{', '.join(prov['cpu_models']) or '–'} on {', '.join(prov['hosts']) or '–'}"),
+        *([("GPUs", "; ".join(prov["gpus"]))] if prov.get("gpus") else []),
     ]
     rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in items)
     return [f"<h1>Kaliper report: {esc(exp.id)}</h1>", f"<table>{rows}</table>"]
 
 
-def _results(result: ExperimentResult, metric_names: list[str], units: dict[str, str]) -> list[str]:
+def _results(
+    result: ExperimentResult,
+    summary: dict[str, Any],
+    metric_names: list[str],
+    units: dict[str, str],
+    recordings: list[tuple[str, bool]],
+) -> list[str]:
     swept = list(result.experiment.matrix)
     stack = ["stack"] if several_stacks(result.trials) else []
+    efficiency = efficiency_columns(summary)  # per joule, only where GPU energy was measured
     header = ["trial", *stack, *swept, "status", "ok runs", *(f"{n} ({units[n]})" for n in metric_names)]
+    header += [f"{n} per J ({unit})" for n, unit in efficiency.items()]
     rows = []
-    for t in result.trials:
+    for t, entry in zip(result.trials, summary["trials"], strict=True):
         ok = sum(1 for r in t.runs if r.measured)
         cells = [esc(t.doc.id), *(esc(t.doc.stack.name) for _ in stack)]
         cells += [*(esc(t.doc.matrix_point.get(k, "")) for k in swept), _status(t.status)]
@@ -138,6 +97,7 @@ def _results(result: ExperimentResult, metric_names: list[str], units: dict[str,
                 if m
                 else "–"
             )
+        cells += [esc(efficiency_cell(entry, n)) for n in efficiency]
         rows.append(cells)
     first = len(swept) + 3
     known = result.has_environment
@@ -145,14 +105,18 @@ def _results(result: ExperimentResult, metric_names: list[str], units: dict[str,
         '<h2 id="results">Results</h2>',
         '<p class="note">Median of the run medians [95% CI from a hierarchical bootstrap: runs, then samples '
         "within runs].</p>",
-        _table(header, rows, set(range(first, first + 1 + len(metric_names)))),
+        table(header, rows, set(range(first, first + 1 + len(metric_names) + len(efficiency)))),
     ]
     if known:
         notes = [(t, left_out_note(t)) for t in result.trials]
         out += [f'<p class="note contended">{esc(t.doc.id)}: {esc(n)}</p>' for t, n in notes if n]
         if not any(n for _t, n in notes):
             out.append('<p class="note">No run was judged contended.</p>')
-    shown, note = _detail(result)
+    out += [  # trace replays: how their recording, fidelity's denominator, was judged
+        f'<p class="note{" contended" if disturbed else ""}">{esc(text)}</p>'
+        for text, disturbed in recordings
+    ]
+    shown, note = detail_trials(result)
     out += note
     for t in shown:
         params = ", ".join(f"{k}={v}" for k, v in t.doc.params.items()) or "–"
@@ -172,7 +136,7 @@ def _results(result: ExperimentResult, metric_names: list[str], units: dict[str,
             )
         header = ["repetition", "status", "converged", "samples", *(f"{n} median" for n in metric_names)]
         header += ["interference"] if known else []
-        out.append(_table(header, run_rows, set(range(3, 4 + len(metric_names)))))
+        out.append(table(header, run_rows, set(range(3, 4 + len(metric_names)))))
     return out
 
 
@@ -183,7 +147,7 @@ def _interference(run: RunResult) -> str:
 
 def _distributions(result: ExperimentResult, metric_names: list[str], units: dict[str, str]) -> list[str]:
     out = ['<h2 id="distributions">Distributions</h2>']
-    shown, note = _detail(result)
+    shown, note = detail_trials(result)
     out += note
     for name in metric_names:
         groups = []
@@ -272,67 +236,7 @@ def _comparisons(comparisons: ReportComparisons) -> list[str]:
             ]
             for row in section.rows
         ]
-        out.append(_table(HEADERS, rows, {3, 4, 5}))
-    return out
-
-
-def _resources(result: ExperimentResult) -> list[str]:
-    out = ['<h2 id="resources">Resource use</h2>']
-    clean = redactor()  # reasons quote Prometheus' errors, which may quote its URL
-    runs = result.all_runs()
-    shown, note = _detail(result)
-    detail = {t.doc.id for t in shown}
-    have = [(t, r) for t, r in runs if t.doc.id in detail and r.resources and r.resources.get("available")]
-    if have:
-        out += note
-        seen = {n for _t, r in have for n in (r.resources or {}).get("figures", {})}
-        columns = [c for c in RESOURCE_COLUMNS if any(n in seen for n in c[1])]
-        rows = []
-        for t, r in have:
-            cells = [esc(t.doc.id), str(r.repetition), esc((r.resources or {}).get("source"))]
-            for _label, names, stat, is_bytes in columns:
-                figure = resource_figure(r, names)
-                cells.append(
-                    esc((format_bytes if is_bytes else format_number)(figure[stat])) if figure else "–"
-                )
-            rows.append(cells)
-        out.append('<p class="note">Over each run\'s measurement window (mean and max over time).</p>')
-        out.append(
-            _table(
-                ["trial", "repetition", "source", *(c[0] for c in columns)],
-                rows,
-                set(range(3, 3 + len(columns))),
-            )
-        )
-        for title, names, scale, unit in (
-            ("CPU cores per run", ("cpu_cores",), 1.0, "cores"),
-            ("Memory per run", ("memory_working_set_bytes", "memory_rss_bytes"), float(1 << 20), "MiB"),
-        ):
-            bars = [
-                (f"{t.doc.id} rep {r.repetition}", fig["mean"] / scale, fig["max"] / scale)
-                for t, r in have
-                if (fig := resource_figure(r, names)) is not None
-            ]
-            if bars:
-                out.append(f"<figure>{bars_svg(title, unit, bars)}</figure>")
-        by_reason: dict[str, set[str]] = {}
-        for _t, r in have:
-            for name, why in (r.resources or {}).get("missing", {}).items():
-                by_reason.setdefault(str(why), set()).add(str(name))
-        out += [
-            f'<p class="note">Not available ({esc(clean(why))}): {esc(", ".join(sorted(names)))}</p>'
-            for why, names in sorted(by_reason.items())
-        ]
-    reasons: dict[str, list[str]] = {}
-    for t, r in runs:
-        if not (r.resources and r.resources.get("available")):
-            reason = str((r.resources or {}).get("reason") or "no resources block")
-            reasons.setdefault(reason, []).append(f"{t.doc.id}/{r.repetition}")
-    for reason, which in reasons.items():
-        scope = "all runs" if len(which) == len(runs) else ", ".join(which[:20])
-        if len(which) > 20 and len(which) < len(runs):
-            scope += f" and {len(which) - 20} more runs"
-        out.append(f'<p class="note">Resources unavailable for {esc(scope)}: {esc(clean(reason))}</p>')
+        out.append(table(HEADERS, rows, {3, 4, 5}))
     return out
 
 
@@ -387,14 +291,18 @@ def _provenance(result: ExperimentResult) -> list[str]:
     hosts = {(r.hardware.hostname, r.hardware.cpu_model): r.hardware for r in records}
     for (host, _cpu), hw in sorted(hosts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
         memory = format_bytes(float(hw.memory_bytes)) if hw.memory_bytes else "–"
-        gpus = "; ".join(", ".join(f"{k}={v}" for k, v in sorted(g.items())) for g in hw.gpus) or "none"
+        gpus: list[tuple[str, Any]] = [
+            (gpu_label(g, position), gpu_description(g)) for position, g in enumerate(hw.gpus)
+        ] or [("GPUs", "none")]
+        note = gpu_note(hw)
         items = [
             ("cpu model", hw.cpu_model or "unknown"),
             ("arch", hw.arch),
             ("cores", f"{hw.logical_cores} logical, {hw.physical_cores} physical, {hw.usable_cores} usable"),
             ("cpu quota", f"{hw.cpu_quota_cores} cores" if hw.cpu_quota_cores else "none"),
             ("memory", memory),
-            ("GPUs", gpus),
+            *gpus,
+            *([("GPU note", note)] if note else []),
             ("kernel", hw.kernel),
         ]
         out.append(f"<h3>Hardware: {esc(host)}</h3>{_kv(items)}")
@@ -427,7 +335,7 @@ def _failures(result: ExperimentResult) -> list[str]:
     return out
 
 
-def _method(result: ExperimentResult) -> list[str]:
+def _method(result: ExperimentResult, recordings: list[tuple[str, bool]]) -> list[str]:
     s = result.experiment.sampling
     formulas = {n: m.formula for t in result.trials for n, m in t.metrics.items() if m.formula}
     items = [
@@ -437,6 +345,8 @@ def _method(result: ExperimentResult) -> list[str]:
         "from a seeded hierarchical bootstrap (resample runs, then samples within each run).",
         *(f"{n} = {f}" for n, f in formulas.items()),
         *([method_note(result.include_contended)] if result.has_environment else []),
+        *([ENERGY_NOTE] if any_telemetry(result) else []),
+        *([RECORDING_NOTE] if recordings else []),
     ]
     return ['<h2 id="method">Method</h2>', "<ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"]
 
@@ -446,32 +356,18 @@ def report_html(report: Report) -> str:
     result, summary = report.result, report.summary
     metric_names = list(dict.fromkeys(n for t in result.trials for n in t.metrics))
     units = {n: m.unit for t in result.trials for n, m in t.metrics.items()}
+    recordings = recording_lines(result.trials)  # trace replays: how their recording was judged
     body = [
         *_header(result, summary),
-        *_results(result, metric_names, units),
+        *_results(result, summary, metric_names, units, recordings),
         *_distributions(result, metric_names, units),
         *_scaling(result, metric_names, units),
         *_comparisons(report.comparisons),
-        *_resources(result),
+        *resource_section(result),
         *_provenance(result),
         *_failures(result),
-        *_method(result),
+        *_method(result, recordings),
     ]
-    extra = STYLE_CONTENDED if result.has_environment else ""
+    disturbed = any(flag for _text, flag in recordings)  # a contended or unstable recording is marked too
+    extra = STYLE_CONTENDED if result.has_environment or disturbed else ""
     return page_shell(f"Kaliper report: {result.experiment.id}", body, extra)
-
-
-def page_shell(title: str, body: list[str], style: str = "") -> str:
-    """The page around `body` (HTML, already escaped): CSP, inline style and the hash-pinned ready script."""
-    digest = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
-    csp = f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{digest}'; img-src data:"
-    head = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{esc(title)}</title>",
-        f"<style>{STYLE}{style}</style></head>",
-        "<body>",
-    ]
-    return "\n".join([*head, *body, f"<script>{SCRIPT}</script>", "</body></html>"]) + "\n"

@@ -7,7 +7,8 @@ is per output cell, never per sample.
 
 Runs judged contended (environment.json) are marked where they appear (a column per run, a note per
 trial of what was left out and why); experiments without environment documents get neither, so their
-files are what they always were.
+files are what they always were. Likewise a trace replay's recording judgement: a line under the results
+table, beside fidelity, only where records carry one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from typing import Any
 
 from kaliper.errors import redactor
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult, run_medians
-from kaliper.reporter.contended import left_out_note, method_note, run_label, run_reason
+from kaliper.reporter.contended import (
+    RECORDING_NOTE,
+    left_out_note,
+    method_note,
+    recording_lines,
+    run_label,
+    run_reason,
+)
 from kaliper.reporter.formatting import (
     FORMULA_START,
     RESOURCE_COLUMNS,
@@ -32,6 +40,19 @@ from kaliper.reporter.formatting import (
     sampling_text,
     several_stacks,
     workload_label,
+)
+from kaliper.reporter.gpu import (
+    DETAIL_TRIALS,
+    ENERGY_NOTE,
+    clock_events_text,
+    energy_j,
+    gpu_block,
+    plot_anchor,
+    representative,
+    run_efficiency,
+    series_text,
+    telemetry,
+    window_s,
 )
 from kaliper.reporter.report import Report
 from kaliper.reporter.verdict_tables import markdown_lines
@@ -168,7 +189,8 @@ def report_markdown(report: Report) -> str:
         f"Python {md_text(', '.join(prov['python']) or '–')}; "
         f"stack id {md_text(', '.join(s[:19] + '…' for s in prov['stack_ids']) or '–')}",
         f"- Hardware: {md_text(', '.join(prov['cpu_models']) or '–')} "
-        f"on {md_text(', '.join(prov['hosts']) or '–')}",
+        f"on {md_text(', '.join(prov['hosts']) or '–')}"
+        + (f"; GPUs: {md_text('; '.join(prov['gpus']))}" if prov.get("gpus") else ""),
         "",
         "## Results",
         "",
@@ -177,6 +199,7 @@ def report_markdown(report: Report) -> str:
         "",
     ]
     stacked = several_stacks(result.trials)  # a stack column only when there is more than one stack
+    efficiency = efficiency_columns(summary)  # per joule, only where GPU energy was measured
     header = [
         "trial",
         *(["stack"] if stacked else []),
@@ -184,9 +207,10 @@ def report_markdown(report: Report) -> str:
         "status",
         "ok runs",
         *(f"{n} ({units[n]})" for n in metric_names),
+        *(f"{n} per J ({unit})" for n, unit in efficiency.items()),
     ]
     lines += ["| " + " | ".join(map(md_text, header)) + " |", "|" + "---|" * len(header)]
-    for t in result.trials:
+    for t, entry in zip(result.trials, summary["trials"], strict=True):
         ok = sum(1 for r in t.runs if r.measured)
         cells = [
             md_text(t.doc.id),
@@ -196,6 +220,7 @@ def report_markdown(report: Report) -> str:
             f"{ok}/{len(t.runs)}",
         ]
         cells += [_metric_cell(t, n) for n in metric_names]
+        cells += [efficiency_cell(entry, n) for n in efficiency]
         lines.append("| " + " | ".join(cells) + " |")
     known = result.has_environment
     if known:
@@ -203,6 +228,8 @@ def report_markdown(report: Report) -> str:
         lines += [""] + [f"- {md_text(t.doc.id)}: {md_text(note)}" for t, note in notes if note]
         if not any(note for _t, note in notes):
             lines.append("- No run was judged contended.")
+    recordings = recording_lines(result.trials)  # trace replays: how their recording was judged
+    lines += ([] if known or not recordings else [""]) + [f"- {md_text(text)}" for text, _ in recordings]
     lines += markdown_lines(report.comparisons)
 
     for t in result.trials:
@@ -232,6 +259,7 @@ def report_markdown(report: Report) -> str:
             lines.append("| " + " | ".join(cells) + " |")
 
     lines += _resources_markdown(result)
+    lines += _gpu_markdown(result)
 
     failed = [(t, r) for t, r in result.all_runs() if r.status not in ("ok", "not_converged")]
     if failed:
@@ -254,6 +282,8 @@ def report_markdown(report: Report) -> str:
         "- Timers: `time.perf_counter_ns`; device work is synchronised before a sample ends.",
         *(f"- {md_text(n)} = {md_text(f)}" for n, f in formulas.items()),
         *([f"- {md_text(method_note(result.include_contended))}"] if known else []),
+        *([f"- {md_text(ENERGY_NOTE)}"] if any_telemetry(result) else []),
+        *([f"- {md_text(RECORDING_NOTE)}"] if recordings else []),
     ]
     return "\n".join(lines) + "\n"
 
@@ -299,4 +329,115 @@ def _resources_markdown(result: ExperimentResult) -> list[str]:
     for reason, which in reasons.items():
         scope = "all runs" if len(which) == len(runs) else ", ".join(which)
         lines.append(f"- Resources unavailable for {md_text(scope)}: {md_text(clean(str(reason)))}")
+    return lines
+
+
+def efficiency_columns(summary: dict[str, Any]) -> dict[str, str]:
+    """Metric → per-joule unit of every trial efficiency in summary.json (kaliper.reporter.gpu), in order."""
+    columns: dict[str, str] = {}
+    for trial in summary["trials"]:
+        for name, figure in (trial.get("efficiency") or {}).items():
+            columns.setdefault(name, figure["unit"])
+    return columns
+
+
+def efficiency_cell(trial: dict[str, Any], name: str) -> str:
+    """A trial's efficiency on one metric (median over its quiet runs with GPU energy), or –."""
+    figure = (trial.get("efficiency") or {}).get(name)
+    return format_number(figure["median"]) if figure else "–"
+
+
+def any_telemetry(result: ExperimentResult) -> bool:
+    """Whether some run has GPU telemetry: only then do reports say anything of GPU energy."""
+    return any(telemetry(r) is not None for _t, r in result.all_runs())
+
+
+def gpu_rows(trials: list[TrialResult]) -> tuple[list[str], list[list[str]]]:
+    """The GPU table of report.md and report.html (plain text cells: the writer escapes them): per run with
+    GPU telemetry, its window, the GPUs' energy, efficiency per throughput metric and the time under each
+    clock-event reason."""
+    runs = [(t, r) for t in trials for r in t.runs if telemetry(r) is not None]
+    efficiency: dict[str, str] = {}
+    per_run = []
+    for _t, r in runs:
+        figures = run_efficiency(r)
+        per_run.append(figures)
+        for name, (_value, unit) in figures.items():
+            efficiency.setdefault(name, unit)
+    header = ["trial", "repetition", "window s", "GPU energy J"]
+    header += [f"{n} per J ({unit})" for n, unit in efficiency.items()]
+    header.append("time under clock-event reasons")
+    rows = []
+    for (t, r), figures in zip(runs, per_run, strict=True):
+        block = telemetry(r) or {}
+        row = [t.doc.id, str(r.repetition), format_number(window_s(block)), format_number(energy_j(block))]
+        row += [format_number(figures[n][0]) if n in figures else "–" for n in efficiency]
+        row.append(clock_events_text(block) or "–")
+        rows.append(row)
+    return header, rows
+
+
+MAX_NAMED_RUNS = 20  # runs named in a note; the others are counted
+
+
+def gpu_unavailable(result: ExperimentResult) -> list[str]:
+    """Why runs with a `gpu` block have no GPU telemetry, one line per reason (plain text, redacted)."""
+    reasons: dict[str, list[str]] = {}
+    runs = result.all_runs()
+    for t, r in runs:
+        block = gpu_block(r)
+        if block is not None and block.get("available") is not True:
+            reason = str(block.get("reason") or "gpu telemetry unavailable (no reason recorded)")
+            reasons.setdefault(reason, []).append(f"{t.doc.id}/{r.repetition}")
+    clean = redactor()
+    lines = []
+    for reason, which in reasons.items():
+        scope = "all runs" if len(which) == len(runs) else ", ".join(which[:MAX_NAMED_RUNS])
+        if MAX_NAMED_RUNS < len(which) < len(runs):
+            scope += f" and {len(which) - MAX_NAMED_RUNS} more runs"
+        lines.append(f"GPU telemetry unavailable for {scope}: {clean(reason)}")
+    return lines
+
+
+def gpu_section(result: ExperimentResult) -> tuple[bool, list[str]]:
+    """Whether the reports have a GPU section (some run has GPU telemetry, or some run on a GPU has a block
+    saying why it has none), and why runs have none (gpu_unavailable); a CPU-only experiment has none: its
+    hardware line says why there is no GPU."""
+    if any_telemetry(result):
+        return True, gpu_unavailable(result)
+    on_gpu = any(rec.hardware.gpus for rec in result.all_records())
+    unavailable = gpu_unavailable(result) if on_gpu else []
+    return bool(unavailable), unavailable
+
+
+def _gpu_markdown(result: ExperimentResult) -> list[str]:
+    """GPU telemetry per run and, per trial, its clock and power over a representative run (the plot is in
+    report.html); why runs have none; nothing when there is no GPU section (gpu_section)."""
+    shown, unavailable = gpu_section(result)
+    if not shown:
+        return []
+    if not any_telemetry(result):
+        return ["", "### GPU", "", *(f"- {md_text(line)}" for line in unavailable)]
+    header, rows = gpu_rows(result.trials)
+    lines = [
+        "",
+        "### GPU",
+        "",
+        "Over each run's window: the GPUs' energy (NVML counter), efficiency per joule of each throughput "
+        "metric (the run's mean × window ÷ energy), and how long the GPUs' clocks were held down, by reason.",
+        "",
+        "| " + " | ".join(map(md_text, header)) + " |",
+        "|" + "---|" * len(header),
+    ]
+    lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in rows]
+    plots = [(number, p) for number, t in enumerate(result.trials) if (p := representative(t)) is not None]
+    if plots:
+        lines += ["", "SM clock and power over one quiet run per trial (the plots are in report.html):", ""]
+        lines += [
+            f"- {md_text(p.trial)} repetition {p.repetition}: {md_text(series_text(p))}"
+            + (f" ([plot](report.html#{plot_anchor(number)}))" if number < DETAIL_TRIALS else "")
+            for number, p in plots
+        ]
+    lines += [""] if unavailable else []
+    lines += [f"- {md_text(line)}" for line in unavailable]
     return lines

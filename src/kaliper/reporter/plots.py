@@ -1,4 +1,5 @@
-"""Inline SVG plots for report.html: distributions, scaling and resource bars.
+"""Inline SVG plots for report.html: distributions, scaling, resource bars and timelines (a GPU's SM clock
+and power over a run).
 
 Pure functions of their inputs that return SVG markup (no randomness, no clock): the jitter of sample
 points comes from the golden-ratio sequence over the sample index, so the same data gives the same bytes.
@@ -265,6 +266,75 @@ def bars_svg(title: str, axis_label: str, bars: list[tuple[str, float, float]]) 
     out.append(
         f'<text x="{_f(left + plot_w / 2)}" y="{_f(bottom + 32)}" class="gl">'
         f"{esc(axis_label)} (bar: mean, tick: max)</text>"
+    )
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+@dataclass
+class Line:
+    """One series of a timeline: its values at the timeline's times, and a reference level (the device's
+    maximum or limit) drawn dashed, when known."""
+
+    label: str
+    unit: str
+    values: Sequence[float]
+    reference: float | None = None
+    reference_label: str = ""
+
+
+def timeline_svg(title: str, times: Sequence[float], left: Line, right: Line) -> str:
+    """Two series over time (seconds), `left` on the left axis and `right` on the right one, each with its
+    reference level dashed: a GPU's SM clock and power over a run."""
+    margin, top, plot_w, plot_h = 70.0, 30.0, 460.0, 200.0
+    width, height = margin + plot_w + margin, top + plot_h + 74
+    t_high = max(times[-1] if times else 1.0, 1e-9)
+    x = _Scale(0.0, t_high, margin, margin + plot_w)
+    out = _open("timeline", title, width, height)
+    for side, line, color in ((0, left, PALETTE[0]), (1, right, PALETTE[1])):
+        high = max([*line.values, line.reference or 0.0, 1e-12])
+        ticks = nice_ticks(0.0, high * 1.05)
+        y = _Scale(ticks[0], ticks[-1], top + plot_h, top)
+        label = f"{line.label} ({line.unit})"
+        if side == 0:
+            out += _y_axis(y, ticks, margin, margin + plot_w, label, top + plot_h / 2)
+        else:
+            for tick in ticks:
+                out.append(
+                    f'<text x="{_f(margin + plot_w + 4)}" y="{_f(y(tick) + 4)}" text-anchor="start" '
+                    f'fill="{color}">{esc(format_number(tick))}</text>'
+                )
+            out.append(
+                f'<text transform="translate({_f(width - 14)} {_f(top + plot_h / 2)}) rotate(90)" '
+                f'class="al">{esc(label)}</text>'
+            )
+        path = " ".join(f"{_f(x(t))},{_f(y(v))}" for t, v in zip(times, line.values, strict=False))
+        out.append(
+            f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5">'
+            f"<title>{esc(label)}</title></polyline>"
+        )
+        if line.reference is not None:
+            ry = y(line.reference)
+            out.append(
+                f'<line x1="{_f(margin)}" x2="{_f(margin + plot_w)}" y1="{_f(ry)}" y2="{_f(ry)}" '
+                f'stroke="{color}" stroke-dasharray="4 3"><title>'
+                f"{esc(f'{line.reference_label} {format_number(line.reference)} {line.unit}')}</title></line>"
+            )
+        ly = top + plot_h + 44 + 16 * side
+        out.append(f'<rect x="{_f(margin)}" y="{_f(ly - 9)}" width="10" height="10" fill="{color}"/>')
+        reference = (
+            f"; dashed: {line.reference_label} {format_number(line.reference)} {line.unit}"
+            if line.reference is not None
+            else ""
+        )
+        out.append(f'<text x="{_f(margin + 16)}" y="{_f(ly)}" class="lg">{esc(label + reference)}</text>')
+    for tick in nice_ticks(0.0, t_high):
+        if tick <= t_high * 1.0001:
+            out.append(
+                f'<text x="{_f(x(tick))}" y="{_f(top + plot_h + 14)}" class="xt">{esc(format_number(tick))}</text>'
+            )
+    out.append(
+        f'<text x="{_f(margin + plot_w / 2)}" y="{_f(top + plot_h + 28)}" class="gl">seconds into the run</text>'
     )
     out.append("</svg>")
     return "\n".join(out)

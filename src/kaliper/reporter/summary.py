@@ -12,7 +12,11 @@ list per trial with that detail; `kaliper.summary/v2` has none (kaliper.results.
 When a run of the experiment has an environment document, every trial gets an `interference` block
 (counts, what was left out and why, the figures with contended runs counted) and the run counts a
 `contended` count; otherwise none of these keys is written, so the summary of an older experiment stays
-what it was.
+what it was. Likewise GPUs: `provenance.gpus` (the GPUs in words, "4 × NVIDIA H200, driver 580.159.04,
+700 W") only when a record says anything of GPUs, and a trial's `efficiency` (each throughput metric
+per joule of GPU energy, median over its quiet runs: kaliper.reporter.gpu) only when its runs measured
+GPU energy. And a trace replay's trial gets `recordings` (how the trace was judged when it was recorded:
+kaliper.reporter.contended) only when its records carry a judgement.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from typing import Any
 from kaliper.reporter.aggregate import ExperimentResult, TrialMetric, TrialResult
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import PairedMetric
-from kaliper.reporter.contended import trial_interference
+from kaliper.reporter.contended import trial_interference, trial_recordings_summary
 from kaliper.reporter.fingerprint import fingerprint, hardware_class
+from kaliper.reporter.gpu import efficiency_summary, experiment_gpus
 from kaliper.reporter.verdict_tables import comparisons_summary, verdict_entry
 from kaliper.results.summary import SUMMARY_SCHEMA
 
@@ -53,7 +58,15 @@ def _trial_summary(
     """One trial; `min_quiet` None: the experiment has no environment documents (nothing said of them)."""
     counts = trial.counts
     record = trial.first_record
-    extra = {"interference": trial_interference(trial, min_quiet)} if min_quiet is not None else {}
+    extra: dict[str, Any] = {}
+    if min_quiet is not None:
+        extra["interference"] = trial_interference(trial, min_quiet)
+    efficiency = efficiency_summary(trial)
+    if efficiency:
+        extra["efficiency"] = efficiency
+    recordings = trial_recordings_summary(trial)  # a trace replay's: fidelity's denominator, judged
+    if recordings:
+        extra["recordings"] = recordings
     return {
         "trial": trial.doc.id,
         "params": trial.doc.params,
@@ -101,6 +114,8 @@ def _trial_summary(
 
 def _provenance(result: ExperimentResult) -> dict[str, Any]:
     records = [r for r in result.all_records() if r.recorded_by == "workload"]
+    # The records' GPUs in words (kaliper.reporter.gpu), only when some record says anything of GPUs.
+    gpus = experiment_gpus({id(r.hardware): r.hardware for r in records}.values())
     return {
         "stack_ids": sorted({r.stack.id for r in records}),
         "frameworks": sorted(
@@ -113,6 +128,7 @@ def _provenance(result: ExperimentResult) -> dict[str, Any]:
         "python": sorted({r.stack.python["version"] for r in records}),
         "cpu_models": sorted({r.hardware.cpu_model or "unknown" for r in records}),
         "hosts": sorted({r.hardware.hostname for r in records}),
+        **({"gpus": gpus} if gpus else {}),
     }
 
 

@@ -5,7 +5,8 @@ its stack and hardware shared; an experiment of 100,000 runs would hold a gigaby
 is validated in full (the boundary), then reduced at once to a `RecordView`: slotted dataclasses, a
 metric's per-sample values as one numpy array, the stack, hardware, workload and parameters shared
 between the records that have equal ones. What the reporter does not read (warm-up samples, raw
-nanoseconds, `derived`) is dropped.
+nanoseconds, `derived`) is dropped, but for a trace replay's recording judgement (`RecordingView`, from
+`derived.trace.judgement`): a few fields, one instance per distinct judgement, None on other records.
 """
 
 from __future__ import annotations
@@ -67,6 +68,102 @@ class MetricView:
         return np.frombuffer(self.raw, dtype=np.float64)
 
 
+# The judgement's verdicts (kaliper.trace.bundle.RecordingVerdict); another value reads as unknown.
+RECORDING_VERDICTS = ("quiet", "contended", "unstable", "unknown")
+SPREAD_FIELDS = ("steps", "median_ms", "min_ms", "max_ms", "iqr_over_median", "max_over_min")
+
+
+@quick_pickle
+@dataclass(frozen=True, slots=True)
+class StepSpreadView:
+    """The recording's timed steps (kaliper.trace.bundle.StepSpread): what its spread rule read."""
+
+    steps: int
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    iqr_over_median: float
+    max_over_min: float
+
+
+@quick_pickle
+@dataclass(frozen=True, slots=True)
+class RecordingView:
+    """How the trace a replay replayed was judged when it was recorded (kaliper.trace.bundle.TraceJudgement,
+    copied by the trace-replay workload into `derived.trace.judgement`): the original step time is the
+    denominator of the replay's fidelity, so the reports show this beside it. Hashable: records with
+    equal judgements share one instance (`Interner.recording`)."""
+
+    verdict: str  # quiet | contended | unstable | unknown
+    reasons: tuple[str, ...]
+    notes: tuple[str, ...]
+    attempts: int
+    accepted: bool  # stored although not quiet (--accept-contended)
+    spread: StepSpreadView | None
+
+    @classmethod
+    def of(cls, judgement: Any) -> RecordingView | None:
+        """The view of a `derived.trace.judgement` mapping, or None where it is not one (free-form data:
+        a record from before judgements, or edited by hand)."""
+        if not isinstance(judgement, dict) or not isinstance(judgement.get("verdict"), str):
+            return None
+        verdict = judgement["verdict"]
+        spread = judgement.get("spread")
+        return cls(
+            verdict=verdict if verdict in RECORDING_VERDICTS else "unknown",
+            reasons=_texts(judgement.get("reasons")),
+            notes=_texts(judgement.get("notes")),
+            attempts=_count(judgement.get("attempts"), 1),
+            accepted=judgement.get("accepted") is True,
+            spread=_spread([spread.get(k) for k in SPREAD_FIELDS]) if isinstance(spread, dict) else None,
+        )
+
+    def entry(self) -> list[Any]:
+        """As JSON (a compact entry's `recording`); `of_entry` reads it back."""
+        s = self.spread
+        figures = () if s is None else (s.median_ms, s.min_ms, s.max_ms, s.iqr_over_median, s.max_over_min)
+        spread = None if s is None else [s.steps, *(json_float(f) for f in figures)]
+        return [self.verdict, list(self.reasons), list(self.notes), self.attempts, self.accepted, spread]
+
+    @classmethod
+    def of_entry(cls, entry: Any) -> RecordingView:
+        """The view `entry` was made from (TypeError, ValueError: not such an entry)."""
+        verdict, reasons, notes, attempts, accepted, spread = entry
+        if not isinstance(verdict, str) or not isinstance(accepted, bool):
+            raise TypeError("not a recording entry")
+        return cls(
+            verdict=verdict,
+            reasons=tuple(str(r) for r in reasons),
+            notes=tuple(str(n) for n in notes),
+            attempts=int(attempts),
+            accepted=accepted,
+            spread=None if spread is None else _spread(list(spread), strict=True),
+        )
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+def _count(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _spread(values: list[Any], strict: bool = False) -> StepSpreadView | None:
+    """A spread from its six figures (steps first); None where one is missing or not a number, unless
+    `strict` (a compact entry: ValueError)."""
+    try:
+        steps, *figures = values
+        if len(figures) != 5 or isinstance(steps, bool) or any(isinstance(f, bool) for f in figures):
+            raise ValueError("not a step spread")
+        median_ms, min_ms, max_ms, iqr, ratio = (float(f) for f in figures)
+        return StepSpreadView(int(steps), median_ms, min_ms, max_ms, iqr, ratio)
+    except (TypeError, ValueError):
+        if strict:
+            raise ValueError("not a step spread") from None
+        return None
+
+
 @quick_pickle
 @dataclass(frozen=True, slots=True)
 class RecordView:
@@ -87,6 +184,7 @@ class RecordView:
     metrics: dict[str, MetricView]
     stack: Stack
     hardware: Hardware
+    recording: RecordingView | None = None  # a trace replay's recording judgement (shared); else None
 
     @property
     def replica(self) -> str:
@@ -113,6 +211,7 @@ class Interner:
         self._workloads: dict[tuple[str, str | None, str | None, str], WorkloadInfo] = {}
         self._params: dict[bytes, dict[str, Any]] = {}
         self._strings: dict[str, str] = {}
+        self._recordings: dict[RecordingView, RecordingView] = {}
 
     def workload(self, w: WorkloadInfo) -> WorkloadInfo:
         return self._workloads.setdefault((w.name, w.framework, w.framework_version, w.version), w)
@@ -123,6 +222,14 @@ class Interner:
 
     def string(self, text: str | None) -> str | None:
         return None if text is None else self._strings.setdefault(text, text)
+
+    def recording(self, view: RecordingView | None) -> RecordingView | None:
+        return None if view is None else self._recordings.setdefault(view, view)
+
+    def derived_recording(self, derived: dict[str, Any]) -> RecordingView | None:
+        """The recording judgement a trace replay's record carries (`derived.trace.judgement`), or None."""
+        trace = derived.get("trace")
+        return self.recording(RecordingView.of(trace.get("judgement"))) if isinstance(trace, dict) else None
 
     def record(self, record: ResultRecord) -> RecordView:
         """The view of a validated record (the record itself can then be dropped)."""
@@ -161,6 +268,7 @@ class Interner:
             metrics=metrics,
             stack=record.stack,  # already shared by RecordLoader
             hardware=record.hardware,
+            recording=self.derived_recording(record.derived) if record.derived else None,
         )
 
     def launch(self, doc: LaunchDoc) -> LaunchView:
@@ -192,6 +300,8 @@ class Interner:
             for name, m in view.metrics.items()
         }
         w = view.workload
+        # A trace replay's recording judgement, only where there is one (other entries are as they were).
+        recording = {} if view.recording is None else {"recording": view.recording.entry()}
         return {
             "ids": [view.experiment, view.trial, view.repetition, view.replica_type, view.replica_index],
             "status": view.status,
@@ -206,6 +316,7 @@ class Interner:
             "metrics": metrics,
             "stack": stack,
             "hardware": hardware,
+            **recording,
         }
 
     def record_of_entry(self, entry: dict[str, Any], stack: Stack, hardware: Hardware) -> RecordView:
@@ -235,6 +346,7 @@ class Interner:
                 "metrics"
             ].items()
         }
+        judged = entry.get("recording")  # a trace replay's recording judgement (absent: none)
         return RecordView(
             experiment=str(experiment),
             trial=str(trial),
@@ -253,6 +365,7 @@ class Interner:
             metrics=metrics,
             stack=stack,
             hardware=hardware,
+            recording=self.recording(RecordingView.of_entry(judged)) if judged is not None else None,
         )
 
     @staticmethod

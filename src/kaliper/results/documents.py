@@ -179,6 +179,12 @@ class ResourcesDoc(Document):
     figures: dict[str, ResourceFigure] = Field(default_factory=dict)
     missing: dict[str, str] = Field(default_factory=dict, description="figure → why there is none")
     reason: str | None = Field(None, description="why nothing is available, when nothing is")
+    gpu: dict[str, Any] | None = Field(
+        None,
+        description="local runs: the GPUs over the window from NVML (kaliper.monitoring.gpu_window.GpuWindow.block): "
+        "devices, energy_joules and its method, event_seconds (clocks-event reasons), series of SM clock, "
+        "power and utilisation; or available false and the reason",
+    )
 
 
 def to_document(model: BaseModel) -> dict[str, Any]:

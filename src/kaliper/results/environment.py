@@ -33,6 +33,22 @@ class ProbeFigures(BaseModel):
     baseline_rate: float | None = Field(None, description="median of this hardware's earlier probes")
     baseline_n: int = 0
     ratio: float | None = Field(None, description="slowest of before/after divided by the baseline")
+    baseline_low: float | None = Field(
+        None,
+        description="low end of this hardware's quiet probes (the lowest 2, or 5%, left out: ProbeSpread)",
+    )
+    baseline_high: float | None = Field(
+        None,
+        description="high end of this hardware's quiet probes (the highest 2, or 5%, left out)",
+    )
+    spread: float | None = Field(
+        None,
+        description="the quiet spread the probe was judged with (high / low; at least 1.5 when the "
+        "history was too short to show it)",
+    )
+    spread_assumed: bool | None = Field(
+        None, description="true when the history was too short and the spread was assumed"
+    )
 
 
 class EnvironmentDoc(BaseModel):
@@ -45,10 +61,16 @@ class EnvironmentDoc(BaseModel):
     source: str = Field(description="who measured: `local` (this machine's /proc and cgroup), `prometheus`")
     verdict: Verdict
     reasons: list[str] = Field(default_factory=list, description="why contended, with the figures")
+    notes: list[str] | None = Field(
+        None,
+        description="recorded, not counted against the run: the GPU's software power cap, CPU-probe "
+        "findings on a run whose work is on the GPU (absent when none)",
+    )
     signals: dict[str, Any] = Field(
         default_factory=dict,
         description="window_s, cores, steal_share, others_share, involuntary_ctx_switches, throttled_s, "
-        "load_avg_1m, cpu_mhz, ... (kaliper.monitoring.interference.Signals.to_dict)",
+        "load_avg_1m, cpu_mhz, ... (kaliper.monitoring.interference.Signals.to_dict); `gpu`: the run's "
+        "GPU signals (kaliper.monitoring.nvml GpuWindow.signals)",
     )
     probe: ProbeFigures | None = None
     thresholds: dict[str, Any] = Field(default_factory=dict, description="the thresholds applied")

@@ -7,9 +7,7 @@ import json
 import os
 import platform
 import re
-import shutil
 import socket
-import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -212,44 +210,31 @@ def usable_cores() -> int | None:
         return os.cpu_count()
 
 
-def nvidia_smi_gpus() -> list[dict[str, Any]]:
-    """GPUs with their driver from nvidia-smi, when it exists (frameworks do not report the driver)."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    fields = "index,name,driver_version,memory.total,uuid"
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    gpus = []
-    for line in out.strip().splitlines():
-        index, name, driver, memory_mib, uuid = (part.strip() for part in line.split(","))
-        gpus.append(
-            {
-                "index": int(index),
-                "model": name,
-                "driver": driver,
-                "memory_bytes": int(float(memory_mib)) * 1024 * 1024,
-                "uuid": uuid,
-            }
-        )
-    return gpus
+def merge_gpus(framework: list[dict[str, Any]], nvml: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """NVML's facts of each GPU the process may use, completed by the framework's for the same device.
 
-
-def _merge_gpus(framework: list[dict[str, Any]], smi: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Framework GPU facts completed by nvidia-smi's (driver, uuid) for the same index."""
-    by_index = {g["index"]: g for g in smi}
-    merged = [{**by_index.get(g.get("index"), {}), **g} for g in framework]
-    return merged or smi
+    Both list the visible GPUs in the same order (NVML's in CUDA_VISIBLE_DEVICES order, the framework's
+    by its own index), so they pair by position; NVML's `index` (the physical one) is kept. Without NVML
+    (no driver here, as in a CPU build's test) the framework's facts are all there is.
+    """
+    if not nvml:
+        return framework
+    merged = [{**framework[i], **g} if i < len(framework) else dict(g) for i, g in enumerate(nvml)]
+    for entry, facts in zip(merged, framework, strict=False):
+        entry.setdefault("model", facts.get("model"))
+        if "compute_capability" in facts:
+            entry["compute_capability"] = facts["compute_capability"]
+    return merged
 
 
 def capture_hardware(gpus: list[dict[str, Any]] | None = None) -> Hardware:
+    """This machine as a record states it; `gpus` are the framework's facts of the devices it saw.
+
+    NVML (kaliper.monitoring.nvml, the one reader) adds the driver's facts of every GPU this process may
+    use, or the one line saying why there are none (`gpu_note`)."""
+    from kaliper.monitoring.nvml import gpu_provenance
+
+    nvml_gpus, note = gpu_provenance()
     model, flags = _cpuinfo()
     return Hardware(
         cpu_model=model,
@@ -260,7 +245,8 @@ def capture_hardware(gpus: list[dict[str, Any]] | None = None) -> Hardware:
         cpu_quota_cores=cpu_quota_cores(),
         flags=flags,
         memory_bytes=int(psutil.virtual_memory().total),
-        gpus=_merge_gpus(gpus or [], nvidia_smi_gpus()),
+        gpus=merge_gpus(gpus or [], nvml_gpus),
+        gpu_note=note,
         kernel=platform.release(),
         hostname=socket.gethostname(),
     )

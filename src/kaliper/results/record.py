@@ -185,7 +185,14 @@ class Hardware(Model):
     cpu_quota_cores: float | None
     flags: list[str]
     memory_bytes: int | None
-    gpus: list[dict[str, Any]] = Field(default_factory=list)
+    gpus: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="every GPU the run may use: NVML's facts (name, uuid, driver, cuda_driver, memory, power "
+        "limits, clocks, persistence, compute mode, ECC, MIG, PCIe, VBIOS) and the framework's",
+    )
+    gpu_note: str | None = Field(
+        None, description="why there are no GPU facts ('gpu telemetry unavailable: ...')"
+    )
     kernel: str
     hostname: str
 

@@ -13,8 +13,11 @@ resources.json, launch.json, environment.json). Both load: a v1 summary keeps it
 one must not have it. Every reader here reads what both versions have.
 
 The interference parts (`runs.contended`, each trial's `interference`, and in v1 each run's) are
-written only for experiments with environment documents; absent, they stay absent when a summary is
-dumped again.
+written only for experiments with environment documents, the GPU parts (`provenance.gpus`, each trial's
+`efficiency`) only for experiments whose records or runs have GPU data, a trial's `recordings` (a trace
+replay's recording judgement) only where its records carry one; absent, they stay absent when a
+summary is dumped again. They were added to v2 without a new version (a summary without them is what
+it always was, and reads as before).
 """
 
 from __future__ import annotations
@@ -186,8 +189,45 @@ class RunSummary(_OptionalKeys):
     interference: RunInterference | None = None
 
 
+class Efficiency(Document):
+    """A throughput metric per joule of the GPUs' energy (NVML counter over each run's window: the GPUs
+    only, not the host): per run, its mean throughput × window ÷ energy; over the trial's quiet runs."""
+
+    unit: str = Field(description="the metric's unit with /s made /J: GFLOP/J, images/J")
+    median: float
+    min: float
+    max: float
+    n: int = Field(description="quiet runs with GPU energy")
+
+
+class StepSpread(Document):
+    """A trace recording's timed steps (kaliper.trace.bundle.StepSpread): what its spread rule read."""
+
+    steps: int
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    iqr_over_median: float
+    max_over_min: float
+
+
+class RecordingJudgement(Document):
+    """How the trace a trial's runs replayed was judged when it was recorded (kaliper.trace.bundle
+    .TraceJudgement, as each replay's record carries it): the original step time is fidelity's
+    denominator."""
+
+    verdict: Literal["quiet", "contended", "unstable", "unknown"]
+    reasons: list[str]
+    notes: list[str]
+    attempts: int = Field(description="recordings made, this one included")
+    accepted: bool = Field(description="stored although not quiet (--accept-contended)")
+    spread: StepSpread | None
+    runs: int = Field(description="measured runs whose record carries this judgement")
+    text: str = Field(description="the reports' wording of it")
+
+
 class TrialSummary(_OptionalKeys):
-    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"interference", "runs"})
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"interference", "runs", "efficiency", "recordings"})
     trial: str
     params: dict[str, Any]
     matrix_point: dict[str, Any]
@@ -202,16 +242,28 @@ class TrialSummary(_OptionalKeys):
     metrics: dict[str, TrialMetricSummary]
     runs: list[RunSummary] | None = Field(None, description="v1 only: every run's detail")
     interference: TrialInterference | None = None
+    efficiency: dict[str, Efficiency] | None = Field(
+        None, description="per throughput metric (its name), per joule of GPU energy; absent: none measured"
+    )
+    recordings: list[RecordingJudgement] | None = Field(
+        None, description="a trace replay's recording judgements, one per distinct one; absent: none carried"
+    )
 
 
-class Provenance(Document):
+class Provenance(_OptionalKeys):
     """What the measured records ran on, each list sorted and without repeats."""
 
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"gpus"})
     stack_ids: list[str]
     frameworks: list[str]
     python: list[str]
     cpu_models: list[str]
     hosts: list[str]
+    gpus: list[str] | None = Field(
+        None,
+        description="the GPUs in words (4 × NVIDIA H200, driver 580.159.04, 700 W), or `none (why)`; "
+        "absent: no record says anything of GPUs",
+    )
 
 
 class SummaryDoc(Document):

@@ -53,8 +53,9 @@ class InterferenceSpec(StrictModel):
         strict=True,
         gt=1,
         le=100,
-        description="contended when the calibration probe ran this many times slower than this machine's "
-        "history, or than at the other end of the run",
+        description="contended when the calibration probe ran this many times slower than the low end of "
+        "this machine's quiet history, or one end of the run slower than the other by this factor times "
+        "that history's spread",
     )
     min_window_s: float = Field(
         _DEFAULT.min_window_s,
@@ -62,6 +63,22 @@ class InterferenceSpec(StrictModel):
         ge=0,
         le=3600,
         description="runs shorter than this are judged by the probe only (CPU shares too coarse)",
+    )
+    gpu_others_share: float = Field(
+        _DEFAULT.gpu_others_share,
+        strict=True,
+        gt=0,
+        le=1,
+        description="contended when another compute process on the run's GPUs reached this share "
+        "(its mean SM utilisation while seen, times the share of the run it was seen in)",
+    )
+    gpu_throttle_share: float = Field(
+        _DEFAULT.gpu_throttle_share,
+        strict=True,
+        gt=0,
+        le=1,
+        description="contended when a GPU hardware slowdown (HW slowdown, HW thermal, power brake) lasted "
+        "more than this share of the window; the software power cap is noted, never flagged",
     )
     min_quiet_runs: int = Field(
         2,
@@ -85,6 +102,8 @@ class InterferenceSpec(StrictModel):
             throttled_share=self.throttled_share,
             probe_slowdown=self.probe_slowdown,
             min_window_s=self.min_window_s,
+            gpu_others_share=self.gpu_others_share,
+            gpu_throttle_share=self.gpu_throttle_share,
         )
 
     def is_default(self) -> bool:

@@ -15,6 +15,9 @@ from kaliper.results.provenance import normalize_name
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*===?\s*([^\s;\\]+)")
 _CUDA_PREFIXES = ("nvidia-", "cuda-")
 _CUDA_NAMES = frozenset({"triton", "pytorch-triton"})
+# NVIDIA's packages that are no CUDA build: the NVML binding (pure Python, a base dependency of Kaliper's
+# GPU telemetry, kaliper.monitoring.nvml) and its unofficial namesake.
+_NOT_CUDA = frozenset({"nvidia-ml-py", "pynvml"})
 
 
 def lock_lines(output: str) -> list[str]:
@@ -41,6 +44,8 @@ def cuda_packages(packages: Mapping[str, str]) -> list[str]:
     """The packages that make a lock a CUDA build (`name==version`, sorted); empty for a CPU build."""
     found = []
     for name, version in packages.items():
+        if name in _NOT_CUDA:
+            continue
         if (
             name.startswith(_CUDA_PREFIXES)
             or name in _CUDA_NAMES

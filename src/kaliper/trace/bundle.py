@@ -6,7 +6,8 @@ The execution trace stays PyTorch's own file (Chakra schema) so other tools (PAR
 converters) read it too; what Kaliper adds lives in `trace.json`. A bundle is a folder (locally) or a
 storage prefix (`kaliper.storage.layout.trace_prefix`) holding the two files under the names below.
 The loader rejects unknown schema versions (pyperf's habit): a newer Kaliper's trace is refused, not
-misread.
+misread. `judgement` (how the recording's timed steps were judged: kaliper.trace.record) was added to v1
+as an optional field: a bundle without it loads, and its judgement is `unknown`.
 """
 
 from __future__ import annotations
@@ -55,6 +56,62 @@ class TraceSteps(BaseModel):
     traced: int = Field(ge=1, description="steps inside the execution trace: one replayed iteration")
 
 
+RecordingVerdict = Literal["quiet", "contended", "unstable", "unknown"]
+
+
+class StepSpread(BaseModel):
+    """How far apart the timed (unprofiled) steps were: the figures the recorder's spread rule reads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(ge=0, description="timed steps")
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    iqr_over_median: float = Field(description="interquartile range / median (inclusive quartiles)")
+    max_over_min: float = Field(description="slowest step / fastest step")
+
+
+class AttemptSummary(BaseModel):
+    """An earlier attempt of the same recording, timed again because of this."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: RecordingVerdict
+    reasons: list[str] = Field(default_factory=list)
+    spread: StepSpread | None = None
+
+
+class TraceJudgement(BaseModel):
+    """How the recording's timed steps were judged: its neighbours (kaliper.local.environment, as a run's
+    environment.json) and their own spread (kaliper.trace.record's rule). The original step time is the
+    denominator of every later fidelity figure, so a bundle says whether it was measured quietly."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: RecordingVerdict = Field(
+        description="quiet; contended (a neighbour or the probe); unstable (the steps' spread too wide); "
+        "unknown (not judged: detection off, or a bundle recorded before judgements)"
+    )
+    reasons: list[str] = Field(default_factory=list, description="why it is not quiet, with figures")
+    notes: list[str] = Field(default_factory=list, description="said, not flagged")
+    spread: StepSpread | None = None
+    limits: dict[str, float] = Field(default_factory=dict, description="the spread limits judged against")
+    attempts: int = Field(1, ge=1, description="recordings made, this one included")
+    earlier: list[AttemptSummary] = Field(default_factory=list, description="the attempts timed again")
+    accepted: bool = Field(False, description="stored although not quiet (--accept-contended)")
+    signals: dict[str, Any] = Field(
+        default_factory=dict, description="what the window saw of the neighbours (environment.json's form)"
+    )
+    probe: dict[str, Any] | None = Field(None, description="the calibration probe around the recording")
+    thresholds: dict[str, Any] = Field(default_factory=dict, description="the interference thresholds")
+
+
+UNJUDGED: Final = TraceJudgement(
+    verdict="unknown", notes=["recorded before Kaliper judged its recordings: not known to be quiet"]
+)
+
+
 class TraceMeta(BaseModel):
     """`trace.json`: everything about a recording except the execution trace itself."""
 
@@ -80,6 +137,13 @@ class TraceMeta(BaseModel):
     provenance: dict[str, Any] = Field(
         default_factory=dict, description="the recording's stack and hardware, as in a result record"
     )
+    judgement: TraceJudgement | None = Field(
+        None, description="how the timed steps were judged (absent in older bundles: unknown)"
+    )
+
+    def judged(self) -> TraceJudgement:
+        """The stored judgement; an older bundle's is `unknown`."""
+        return self.judgement if self.judgement is not None else UNJUDGED
 
     def original_iteration_ns(self) -> float:
         """One replayed iteration's original time: the median unprofiled step × the steps traced."""

@@ -11,6 +11,18 @@ kaliper.trace.steps and leaves the execution trace and a partial metadata file i
 The built-in model's step mirrors cnn_torch's training step (forward, cross-entropy, backward, SGD with
 its learning rate and momentum): cnn_torch's step is a closure inside its measurement loop, so it is
 not shareable without reshaping that workload.
+
+Recording is a measurement: the original step time is the denominator of every later fidelity figure,
+and a bundle is never rewritten. So the recorder judges it as `kaliper run` judges a run (issue 26):
+the same pre-flight (kaliper.local.preflight) before each attempt, and around the child the same
+RunMonitor (calibration probe before and after, an InterferenceWindow and a GpuSampler following the
+child's process tree), judged by kaliper.analysis.interference; then the timed steps' own spread
+(`SpreadLimits`). A contended or unstable attempt is recorded again (`retime` times), then refused,
+unless the caller accepts it: it is then stored with its judgement saying so (`TraceJudgement`). Those
+rules are kaliper.trace.judgement's; this module runs the child and the monitoring around it.
+`KALIPER_INTERFERENCE=off` (a dedicated machine, the test suite) leaves the recording unjudged
+(`unknown`). The window spans the child's whole life (start-up, warm-up, timed and traced steps), not the
+timed steps alone: a neighbour there is diluted in the CPU shares, which is what the spread rule is for.
 """
 
 from __future__ import annotations
@@ -22,18 +34,50 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kaliper.errors import TraceError
 from kaliper.trace import MALLOC_ENV
 from kaliper.trace import steps as tracing
-from kaliper.trace.bundle import TraceFileInfo, TraceMeta, TraceSource, TraceSteps, trace_id
+from kaliper.trace.bundle import (
+    AttemptSummary,
+    TraceFileInfo,
+    TraceMeta,
+    TraceSource,
+    TraceSteps,
+    trace_id,
+)
+from kaliper.trace.judgement import (
+    Judging,
+    RecordingRefused,
+    judge_recording,
+    next_move,
+    refusal,
+    step_spread,
+)
+
+if TYPE_CHECKING:
+    from kaliper.analysis.interference import Thresholds
+    from kaliper.local.calibration import CalibrationStore
+    from kaliper.local.environment import Judged, RunMonitor
+    from kaliper.monitoring.nvml import GpuSampler
+    from kaliper.spec.interference import InterferenceSpec
 
 MODELS = ("small", "resnet50")
 DEVICES = ("cpu", "cuda")
 _SRC = Path(__file__).resolve().parents[2]  # the folder holding the kaliper package
+
+
+# ------------------------------------------------------------------------------- the recording
+
+
+# The recording itself: run in the work folder, call `follow(pid)` as soon as the child exists, raise
+# TraceError when it fails.
+Recorder = Callable[[Path, Callable[[int], None]], None]
 
 
 def check_counts(warmup: int, steps: int, traced: int, threads: int) -> None:
@@ -56,6 +100,7 @@ def record_model(
     traced: int = 1,
     threads: int = 0,
     device: str = "cpu",
+    judging: Judging | None = None,
 ) -> TraceMeta:
     """Record the cnn-train step of a built-in model into the bundle folder `output` (which must not
     exist; it appears whole or not at all)."""
@@ -73,6 +118,7 @@ def record_model(
         traced=traced,
         threads=threads,
         device=device,
+        judging=judging,
     )
     write_bundle_dir(output, meta, data)
     return meta
@@ -89,8 +135,10 @@ def model_bundle(
     traced: int,
     threads: int,
     device: str,
+    judging: Judging | None = None,
 ) -> tuple[TraceMeta, bytes]:
-    """The built-in model's trace metadata and compressed execution trace, recorded in a child process."""
+    """The built-in model's trace metadata and compressed execution trace, recorded in a child process
+    and judged (`judging`, default: `Judging()`)."""
     if model not in MODELS:
         raise TraceError(f"--model {model!r}: expected one of {', '.join(MODELS)}")
     if device not in DEVICES:
@@ -110,47 +158,61 @@ def model_bundle(
         "num_classes": num_classes,
         "device": device,
     }
-    with tempfile.TemporaryDirectory(prefix="kaliper-trace-") as work:
-        argv = [sys.executable, "-m", "kaliper.trace.record", "--work", work, "--threads", str(threads)]
+    env = {**os.environ, **MALLOC_ENV, "PYTHONPATH": _path_with(str(_SRC), os.environ.get("PYTHONPATH"))}
+
+    def record(work: Path, follow: Callable[[int], None]) -> None:
+        argv = [sys.executable, "-m", "kaliper.trace.record", "--work", str(work), "--threads", str(threads)]
         argv += [f"--{key.replace('_', '-')}={value}" for key, value in params.items()]
         argv += [f"--warmup={warmup}", f"--steps={steps}", f"--traced={traced}"]
-        env = {**os.environ, **MALLOC_ENV, "PYTHONPATH": _path_with(str(_SRC), os.environ.get("PYTHONPATH"))}
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            tail = "\n".join(done.stderr.strip().splitlines()[-6:])
-            raise TraceError(f"recording the {model} model failed (exit {done.returncode}): {tail}")
-        source = TraceSource(kind="model", workload="cnn-train", params=params)
-        return finish(Path(work), source)
+        with subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as child:
+            follow(child.pid)
+            _, stderr = child.communicate()
+        if child.returncode != 0:
+            tail = "\n".join(stderr.strip().splitlines()[-6:])
+            raise TraceError(f"recording the {model} model failed (exit {child.returncode}): {tail}")
+
+    source = TraceSource(kind="model", workload="cnn-train", params=params)
+    return judged_recording(record, source, judging or Judging(), env)
 
 
 def command_bundle(
-    command: list[str], *, warmup: int, steps: int, traced: int, threads: int = 0
+    command: list[str],
+    *,
+    warmup: int,
+    steps: int,
+    traced: int,
+    threads: int = 0,
+    judging: Judging | None = None,
 ) -> tuple[TraceMeta, bytes]:
     """Run the user's command (argv, its output shown as it comes) with a trace folder in its
-    environment; its steps are marked by kaliper.trace_steps() or counted at each optimizer.step()."""
+    environment; its steps are marked by kaliper.trace_steps() or counted at each optimizer.step().
+    A re-timed recording runs the command again."""
     from kaliper.trace.autostep import FOLDER
 
     if not command:
         raise TraceError("no command given after `--`")
     check_counts(warmup, steps, traced, threads)
-    with tempfile.TemporaryDirectory(prefix="kaliper-trace-") as work:
-        env = {
-            **os.environ,
-            **MALLOC_ENV,
-            tracing.ENV_DIR: work,
-            tracing.ENV_WARMUP: str(warmup),
-            tracing.ENV_STEPS: str(steps),
-            tracing.ENV_TRACED: str(traced),
-            tracing.ENV_AUTO: "1",
-            "PYTHONPATH": _path_with(str(FOLDER), os.environ.get("PYTHONPATH")),
-        }
-        if threads:
-            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    base = {
+        **os.environ,
+        **MALLOC_ENV,
+        tracing.ENV_WARMUP: str(warmup),
+        tracing.ENV_STEPS: str(steps),
+        tracing.ENV_TRACED: str(traced),
+        tracing.ENV_AUTO: "1",
+        "PYTHONPATH": _path_with(str(FOLDER), os.environ.get("PYTHONPATH")),
+    }
+    if threads:
+        base["OMP_NUM_THREADS"] = base["MKL_NUM_THREADS"] = str(threads)
+
+    def record(folder: Path, follow: Callable[[int], None]) -> None:
         try:
-            code = subprocess.run(command, env=env, check=False).returncode
+            with subprocess.Popen(command, env={**base, tracing.ENV_DIR: str(folder)}) as child:
+                follow(child.pid)
+                code = child.wait()
         except OSError as exc:
             raise TraceError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from exc
-        folder = Path(work)
         if code != 0:
             written = "after the trace was written" if (folder / tracing.PARTIAL_FILE).exists() else ""
             raise TraceError(
@@ -158,7 +220,119 @@ def command_bundle(
                 + "; nothing was stored"
                 + _why(folder, prefix=": ")
             )
-        return finish(folder, TraceSource(kind="command", command=list(command)))
+
+    return judged_recording(
+        record, TraceSource(kind="command", command=list(command)), judging or Judging(), base
+    )
+
+
+def judged_recording(
+    record: Recorder, source: TraceSource, judging: Judging, env: Mapping[str, str]
+) -> tuple[TraceMeta, bytes]:
+    """Record, judge, and record again or refuse (see the module's docstring); the bundle to store, its
+    metadata carrying the judgement. Raises RecordingRefused (nothing stored) when no attempt passed."""
+    from kaliper.local.calibration import CalibrationStore
+    from kaliper.local.environment import interference_of
+
+    spec = interference_of({})  # the defaults, and KALIPER_INTERFERENCE=off
+    store = CalibrationStore() if spec.enabled else None
+    earlier: list[AttemptSummary] = []
+    attempts = judging.retime + 1
+    for attempt in range(1, attempts + 1):
+        notes = _preflight(judging, spec.thresholds(), store, attempt) if spec.enabled else []
+        watch = _Watch.open(spec, store, env) if spec.enabled else None
+        with tempfile.TemporaryDirectory(prefix="kaliper-trace-") as work:
+            try:
+                record(Path(work), watch.follow if watch is not None else lambda pid: None)
+            finally:
+                if watch is not None:
+                    watch.close()
+            meta, data = finish(Path(work), source)
+        judged = watch.judge() if watch is not None else None
+        judgement = judge_recording(
+            judged.verdict if judged is not None else None,
+            step_spread(meta.original_step_ns),
+            judging.limits,
+            notes=notes,
+            attempt=attempt,
+            earlier=earlier,
+        )
+        if judged is not None:
+            judgement = judgement.model_copy(
+                update={
+                    "signals": judged.signals,
+                    "probe": None if judged.probe is None else judged.probe.model_dump(mode="json"),
+                    "thresholds": judged.thresholds,
+                }
+            )
+        move = next_move(judgement.verdict, attempt, judging.retime, judging.accept_contended)
+        if move == "refuse":
+            raise RecordingRefused(refusal(judgement))
+        if move == "store":
+            accepted = judgement.verdict in ("contended", "unstable")
+            if accepted:
+                judging.echo(
+                    f"trace record: storing a {judgement.verdict} recording (--accept-contended): "
+                    + "; ".join(judgement.reasons)
+                )
+            return meta.model_copy(
+                update={"judgement": judgement.model_copy(update={"accepted": accepted})}
+            ), data
+        judging.echo(
+            f"trace record: attempt {attempt} of {attempts} was {judgement.verdict} "
+            f"({'; '.join(judgement.reasons)}); recording again"
+        )
+        earlier.append(
+            AttemptSummary(verdict=judgement.verdict, reasons=judgement.reasons, spread=judgement.spread)
+        )
+    raise AssertionError("unreachable: the last attempt is stored or refused")
+
+
+def _preflight(
+    judging: Judging, thresholds: Thresholds, store: CalibrationStore | None, attempt: int
+) -> list[str]:
+    """kaliper run's pre-flight before an attempt; a note when the machine stayed busy (the attempt's own
+    judgement decides). MachineBusy (nothing recorded) in `strict` mode."""
+    from kaliper.local.preflight import preflight
+
+    if judging.preflight == "off":
+        return []
+    checked = preflight(judging.preflight, thresholds, judging.preflight_wait_s, store, judging.echo)
+    if checked.quiet:
+        return []
+    return [
+        f"pre-flight before attempt {attempt}: the machine was still busy after {checked.waited_s:.0f} s "
+        f"({'; '.join(checked.verdict.reasons)})"
+    ]
+
+
+@dataclass
+class _Watch:
+    """kaliper run's monitoring around one attempt: the RunMonitor (probe before/after, InterferenceWindow)
+    and the GPU sampler, both following the child's process tree."""
+
+    monitor: RunMonitor
+    gpu: GpuSampler
+    gpu_signals: dict[str, Any] | None = None
+
+    @classmethod
+    def open(cls, spec: InterferenceSpec, store: CalibrationStore | None, env: Mapping[str, str]) -> _Watch:
+        from kaliper.local.environment import RunMonitor
+        from kaliper.monitoring.nvml import GpuSampler
+
+        monitor = RunMonitor.open(spec, store)  # the probe before: outside the GPU sampler's window
+        return cls(monitor, GpuSampler(env=env).start())
+
+    def follow(self, pid: int) -> None:
+        self.monitor.follow(pid)
+        self.gpu.follow(pid)
+
+    def close(self) -> None:
+        self.gpu_signals = self.gpu.stop().signals()
+        self.monitor.close()
+
+    def judge(self) -> Judged:
+        return self.monitor.judge(gpu=self.gpu_signals)
 
 
 def _why(folder: Path, prefix: str) -> str:

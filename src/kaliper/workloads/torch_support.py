@@ -79,7 +79,34 @@ def torch_build_info() -> dict[str, Any]:
     }
     if torch.cuda.is_available():
         info["cudnn"] = torch.backends.cudnn.version()
+        info["gpu_settings"] = torch_gpu_settings()
     return info
+
+
+def torch_gpu_settings() -> dict[str, Any]:
+    """The framework's side of a GPU run's provenance: library versions and the math settings that move
+    figures by 2-10x (TF32 matmuls and convolutions, cuDNN autotuning), as this process has them."""
+    import torch
+
+    nccl: Any = None
+    try:
+        version = torch.cuda.nccl.version()
+        nccl = ".".join(str(v) for v in version) if isinstance(version, tuple) else version
+    except Exception:  # a build without NCCL
+        nccl = None
+    return {
+        "cudnn": torch.backends.cudnn.version(),
+        "nccl": nccl,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "allow_tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "allow_tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+        "allow_bf16_reduced_precision_reduction": bool(
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        ),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
 
 
 def torch_gpus() -> list[dict[str, Any]]:

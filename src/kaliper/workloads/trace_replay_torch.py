@@ -11,12 +11,18 @@ Metrics: step_time (ms per replayed iteration); fidelity = replayed iteration ti
 top-level ATen operator time (Kineto durations by rf_id) that the replay calls, or of the operator count
 when durations are missing. A trace recorded on one device is refused on the other: mapping it would
 replay a different program, and fidelity would compare unlike things.
+
+Fidelity is only as good as its denominator: the record carries the bundle's recording judgement
+(`derived.trace.judgement`: verdict quiet/contended/unstable/unknown, reasons, notes, attempts, the
+timed steps' spread; kaliper.trace.record) so a report shows it beside fidelity, and a replay of a
+recording stored although contended or unstable says so on stderr.
 """
 # mypy: disallow-untyped-calls=False
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any, Final
 
@@ -49,6 +55,14 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             f"(a {meta.device} trace replayed on {params['device']} would not be the same program)"
         )
     original_ns = meta.original_iteration_ns()
+    judgement = meta.judged()
+    if judgement.verdict in ("contended", "unstable"):
+        print(
+            f"warning: trace {meta.trace_id} was recorded {judgement.verdict} "
+            f"({'; '.join(judgement.reasons)}): its original step time, fidelity's denominator, is not a "
+            "quiet measurement",
+            file=sys.stderr,
+        )
     threads = torch_threads(params["threads"])
     device, sync = device_and_sync(params["device"])
     import torch
@@ -113,6 +127,9 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             "recorded_cpu_model": there_cpu,
             "recorded_threads": meta.threads,
             "recorded_malloc_env": recorded.get("malloc_env"),
+            "judgement": judgement.model_dump(
+                mode="json", include={"verdict", "reasons", "notes", "attempts", "accepted", "spread"}
+            ),
         },
         "replay": {
             "torch": str(torch.__version__),

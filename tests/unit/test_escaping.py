@@ -12,13 +12,13 @@ import io
 import json
 import re
 from dataclasses import replace
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from html_tags import Tags
 from kaliper.configurator import write_plan
 from kaliper.reporter.formatting import csv_cell, md_fence, md_text
 from kaliper.reporter.html import report_html
@@ -237,30 +237,9 @@ def test_results_csv_has_no_formula_cells(report: Report) -> None:
 # ---------------------------------------------------------------------------------------------- report.html
 
 
-class _Tags(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
-        self.scripts: list[str] = []
-        self._in_script = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, attrs))
-        self._in_script = tag == "script"
-        if self._in_script:
-            self.scripts.append("")
-
-    def handle_endtag(self, tag: str) -> None:
-        self._in_script = False
-
-    def handle_data(self, data: str) -> None:
-        if self._in_script:
-            self.scripts[-1] += data
-
-
 def test_report_html_has_no_hostile_markup(report: Report) -> None:
     page = report_html(report)
-    parser = _Tags()
+    parser = Tags()
     parser.feed(page)
     parser.close()
     assert parser.scripts == [SCRIPT]  # Kaliper's own, hash-pinned by the CSP; no other

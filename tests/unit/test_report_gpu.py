@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import re
 import statistics
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from html_tags import Tags
 from kaliper.monitoring.gpu_window import GpuWindow
 from kaliper.monitoring.nvml import gpu_provenance
 from kaliper.reporter.gpu import clock_events_text, gpu_description, gpus_text
@@ -284,27 +284,6 @@ def _cells(row: str) -> int:
     return count - 1
 
 
-class _Tags(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
-        self.scripts: list[str] = []
-        self._in_script = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, attrs))
-        self._in_script = tag == "script"
-        if self._in_script:
-            self.scripts.append("")
-
-    def handle_endtag(self, tag: str) -> None:
-        self._in_script = False
-
-    def handle_data(self, data: str) -> None:
-        if self._in_script:
-            self.scripts[-1] += data
-
-
 def test_hostile_gpu_names_and_reasons_are_escaped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("KALIPER_PROMETHEUS", "KALIPER_PUSHGATEWAY"):
         monkeypatch.delenv(name, raising=False)
@@ -346,7 +325,7 @@ def test_hostile_gpu_names_and_reasons_are_escaped(tmp_path: Path, monkeypatch: 
     assert "gpu telemetry unavailable: &lt;script&gt;" in markdown
 
     page = report_html(report)
-    parser = _Tags()
+    parser = Tags()
     parser.feed(page)
     parser.close()
     assert parser.scripts == [SCRIPT]
@@ -407,7 +386,7 @@ def test_the_timeline_plot_escapes_its_texts() -> None:
         Line(HOSTILE, "MHz", [345.0, 1980.0, 1500.0], 1980.0, HOSTILE),
         Line("power", '"><svg onload=alert(1)>', [85.0, 600.0, 700.0], 700.0, "limit"),
     )
-    parser = _Tags()
+    parser = Tags()
     parser.feed(svg)
     assert [tag for tag, _attrs in parser.tags].count("svg") == 1 and parser.scripts == []
     assert not [n for _tag, attrs in parser.tags for n, _v in attrs if n.startswith("on")]

@@ -73,6 +73,17 @@ def describe_pid(pid: int) -> tuple[str | None, bool]:
     return command[:200], True
 
 
+def figure(values: Sequence[float], unit: str, method: str) -> dict[str, Any]:
+    """One resources.json figure over a window's readings (kaliper.results.documents.ResourceFigure)."""
+    return {
+        "mean": sum(values) / len(values),
+        "max": max(values),
+        "points": len(values),
+        "unit": unit,
+        "method": method,
+    }
+
+
 def combine(readings: Sequence[GpuReading]) -> dict[str, float]:
     """One instant over several GPUs: utilisation and clock averaged, memory, power, energy summed,
     temperature the hottest (the names of the live series, kaliper.monitoring.sampler)."""
@@ -146,13 +157,7 @@ class GpuWindow:
         for name, unit, method in FIGURES:
             series = [v[name] for v in instants if name in v]
             if series:
-                figures[name] = {
-                    "mean": sum(series) / len(series),
-                    "max": max(series),
-                    "points": len(series),
-                    "unit": unit,
-                    "method": method,
-                }
+                figures[name] = figure(series, unit, method)
         return figures
 
     def event_seconds(self, start: float | None = None, end: float | None = None) -> dict[str, float]:

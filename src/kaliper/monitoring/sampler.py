@@ -51,6 +51,8 @@ from prometheus_client import CollectorRegistry, delete_from_gateway, push_to_ga
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from kaliper.monitoring.gpu_window import figure
+
 log = logging.getLogger(__name__)
 
 EXPORTER_JOB = "kaliper-executor"
@@ -415,13 +417,7 @@ class LocalSampler:
         figures: dict[str, dict[str, Any]] = {}
         for name, values, unit, method in series:
             if values:
-                figures[name] = {
-                    "mean": sum(values) / len(values),
-                    "max": max(values),
-                    "points": len(values),
-                    "unit": unit,
-                    "method": method,
-                }
+                figures[name] = figure(values, unit, method)
         missing = {name: "not measured for local processes" for name in LOCAL_NOT_MEASURED}
         missing.update({name: GPU_NOT_MEASURED for name in GPU_FIGURES})
         missing = {name: why for name, why in missing.items() if name not in measured}

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import yaml
 
-from html_tags import Tags
 from kaliper.configurator import write_plan
 from kaliper.reporter.formatting import csv_cell, md_fence, md_text
 from kaliper.reporter.html import report_html
@@ -27,6 +26,7 @@ from kaliper.reporter.outputs import report_markdown, results_csv
 from kaliper.reporter.report import Report, build_report
 from kaliper.results.documents import FailureInfo, to_document
 from kaliper.storage import layout, open_storage
+from report_markup import Tags, table_cells
 from synthetic import SPEC, build_records, launch_doc, plan_spec, runs_of
 
 HOSTILE = [
@@ -169,19 +169,6 @@ def _outside_fences(markdown: str) -> tuple[list[str], list[list[str]]]:
     return outside, blocks
 
 
-def _cells(row: str) -> int:
-    """The cells of a GFM table row `| a | b |`: between the `|`s not escaped by a backslash."""
-    count, escaped = 0, False
-    for char in row.strip():
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char == "|":
-            count += 1
-    return count - 1
-
-
 def test_report_md_has_no_raw_markup_and_tables_keep_their_shape(report: Report) -> None:
     markdown = report_markdown(report)
     outside, blocks = _outside_fences(markdown)
@@ -196,10 +183,10 @@ def test_report_md_has_no_raw_markup_and_tables_keep_their_shape(report: Report)
     for i, line in enumerate(lines):
         if line.startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
             tables += 1
-            width = _cells(line)
+            width = table_cells(line)
             j = i + 2
             while j < len(lines) and lines[j].startswith("|"):
-                assert _cells(lines[j]) == width, (line, lines[j])
+                assert table_cells(lines[j]) == width, (line, lines[j])
                 j += 1
     assert tables >= 1 + len(HOSTILE)  # the results table and one per trial
     # The record's error (after the launch's reason, the first line) is in one block, whole: its backtick
@@ -219,7 +206,7 @@ def test_report_md_has_no_raw_markup_and_tables_keep_their_shape(report: Report)
 # ---------------------------------------------------------------------------------------------- results.csv
 
 
-def test_results_csv_has_no_formula_cells(report: Report) -> None:
+def test_results_csv_has_no_formulatable_cells(report: Report) -> None:
     rows = list(csv.reader(io.StringIO(results_csv(report))))
     header, body = rows[0], rows[1:]
     assert len(body) == len(HOSTILE)

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from html_tags import Tags
 from kaliper.monitoring.gpu_window import GpuWindow
 from kaliper.monitoring.nvml import gpu_provenance
 from kaliper.reporter.gpu import clock_events_text, gpu_description, gpus_text
@@ -32,6 +31,7 @@ from kaliper.results.resources import store_resources
 from kaliper.results.summary import load_summary
 from kaliper.storage import Storage, dump_json, layout, open_storage
 from nvml_replay import ReplayNvml, replay_window
+from report_markup import Tags, table_cells
 from synthetic import build_records, plan_spec, runs_of, sweep_doc, write_experiment
 
 HOSTILE = "<script>alert(1)</script>"
@@ -271,19 +271,6 @@ def test_notes_are_listed_beside_reasons_as_notes(gpu_report: tuple[Report, Any,
 # ---------------------------------------------------------------------------------------------- escaping
 
 
-def _cells(row: str) -> int:
-    """The cells of a GFM table row `| a | b |`: between the `|`s not escaped by a backslash."""
-    count, escaped = 0, False
-    for char in row.strip():
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char == "|":
-            count += 1
-    return count - 1
-
-
 def test_hostile_gpu_names_and_reasons_are_escaped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("KALIPER_PROMETHEUS", "KALIPER_PUSHGATEWAY"):
         monkeypatch.delenv(name, raising=False)
@@ -320,7 +307,7 @@ def test_hostile_gpu_names_and_reasons_are_escaped(tmp_path: Path, monkeypatch: 
         if line.startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
             j = i + 2
             while j < len(lines) and lines[j].startswith("|"):
-                assert _cells(lines[j]) == _cells(line), (line, lines[j])
+                assert table_cells(lines[j]) == table_cells(line), (line, lines[j])
                 j += 1
     assert "gpu telemetry unavailable: &lt;script&gt;" in markdown
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from kaliper.errors import InputError, Interrupted, RunsFailedError
+
+if TYPE_CHECKING:
+    from kaliper.local.preflight import PreflightMode
 
 HEADLINE_METRICS = ("images_per_s_total", "images_per_s", "gflops", "step_time")
 
@@ -66,15 +69,9 @@ def run(
     """Configure, run every trial × repetition on this machine, and write the report."""
     from kaliper.errors import StorageURLError
     from kaliper.spec import load_spec
-    from kaliper.spec.units import parse_duration
     from kaliper.storage import check_storage_url
 
-    if preflight not in ("on", "off", "strict"):
-        raise InputError(f"--preflight: expected on, off or strict, not {preflight!r}")
-    try:
-        wait_s = 0.0 if preflight_wait.strip() in ("0", "0s") else parse_duration(preflight_wait)
-    except ValueError as exc:
-        raise InputError(f"--preflight-wait: {exc}") from None
+    mode, wait_s = preflight_options(preflight, preflight_wait)
     if storage is not None:
         try:
             check_storage_url(storage)
@@ -83,14 +80,13 @@ def run(
     loaded = load_spec(spec)
     from kaliper.cli.pipeline import run_spec, unstored_error  # after validation: a bad spec is refused fast
     from kaliper.local.interrupt import StopRequest
-    from kaliper.local.preflight import PreflightMode
 
     with StopRequest().installed() as stop:
         result = run_spec(
             loaded,
             storage,
             stop=stop,
-            preflight_mode=cast("PreflightMode", preflight),  # checked above
+            preflight_mode=mode,
             preflight_wait_s=wait_s,
         )
     document = result.report.summary_document
@@ -253,3 +249,17 @@ def register(app: typer.Typer) -> None:
     app.command("validate")(validate)
     app.command("run")(run)
     app.command("report")(report)
+
+
+def preflight_options(mode: str, wait: str) -> tuple[PreflightMode, float]:
+    """`--preflight` and `--preflight-wait` as `kaliper run` and `kaliper trace record` take them (light:
+    checked before anything heavy is imported); a bad value is an InputError naming the option."""
+    from kaliper.spec.units import parse_duration
+
+    if mode not in ("on", "off", "strict"):
+        raise InputError(f"--preflight: expected on, off or strict, not {mode!r}")
+    try:
+        wait_s = 0.0 if wait.strip() in ("0", "0s") else parse_duration(wait)
+    except ValueError as exc:
+        raise InputError(f"--preflight-wait: {exc}") from None
+    return cast("PreflightMode", mode), wait_s  # checked above

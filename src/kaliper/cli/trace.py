@@ -151,25 +151,11 @@ def record(
 
 
 def _judging(retime: int, accept: bool, preflight: str, wait: str) -> Judging:
-    from typing import cast
-
-    from kaliper.errors import InputError
-    from kaliper.local.preflight import MODES, PreflightMode
-    from kaliper.spec.units import parse_duration
+    from kaliper.cli.run import preflight_options
     from kaliper.trace.judgement import Judging
 
-    if preflight not in MODES:
-        raise InputError(f"--preflight: expected on, off or strict, not {preflight!r}")
-    try:
-        wait_s = 0.0 if wait.strip() in ("0", "0s") else parse_duration(wait)
-    except ValueError as exc:
-        raise InputError(f"--preflight-wait: {exc}") from None
-    return Judging(
-        retime=retime,
-        accept_contended=accept,
-        preflight=cast("PreflightMode", preflight),  # checked above
-        preflight_wait_s=wait_s,
-    )
+    mode, wait_s = preflight_options(preflight, wait)
+    return Judging(retime=retime, accept_contended=accept, preflight=mode, preflight_wait_s=wait_s)
 
 
 @trace_app.command("show")

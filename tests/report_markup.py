@@ -1,4 +1,5 @@
-"""The tags and script texts of an HTML page, as a browser's parser sees them: for the escaping tests."""
+"""Reports as their readers parse them, for the escaping tests: an HTML page's tags and script texts (as a
+browser's parser sees them), a Markdown table row's cells."""
 
 from __future__ import annotations
 
@@ -24,3 +25,16 @@ class Tags(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._in_script:
             self.scripts[-1] += data
+
+
+def table_cells(row: str) -> int:
+    """The cells of a GFM table row `| a | b |`: between the `|`s not escaped by a backslash."""
+    count, escaped = 0, False
+    for char in row.strip():
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "|":
+            count += 1
+    return count - 1

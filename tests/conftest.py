@@ -1,4 +1,4 @@
-"""Shared fixtures: the real `kaliper` CLI in a subprocess, and the upstream schemas from ../shared."""
+"""Shared fixtures: the real `kaliper` CLI in a subprocess, and the upstream schemas (tests/data/schemas)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
-SHARED_SCHEMAS = REPO.parent / "shared" / "schemas"
+# Upstream schemas, copied verbatim with their provenance (tests/data/schemas/README.md).
+SCHEMAS = REPO / "tests" / "data" / "schemas"
 REQUIRE_SERVICES = os.environ.get("KALIPER_REQUIRE_SERVICES") == "1"
 # Local runs journal what they write in a spool (kaliper.storage.spool): keep the tests' out of ~/.cache.
 os.environ.setdefault("KALIPER_SPOOL_DIR", tempfile.mkdtemp(prefix="kaliper-test-spool-"))
@@ -37,11 +38,7 @@ def skip_or_fail(reason: str) -> None:
 
 @pytest.fixture
 def schemas_dir() -> Path:
-    if not SHARED_SCHEMAS.is_dir():
-        skip_or_fail(
-            f"upstream schemas not found at {SHARED_SCHEMAS} (they live in ../shared beside the clone)"
-        )
-    return SHARED_SCHEMAS
+    return SCHEMAS
 
 
 CliRunner = Callable[..., subprocess.CompletedProcess[str]]

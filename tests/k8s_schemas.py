@@ -1,4 +1,4 @@
-"""Offline checks of Kubernetes objects against the upstream schemas in ../shared/schemas.
+"""Offline checks of Kubernetes objects against the upstream schemas in tests/data/schemas.
 
 Trainer v1.9.4 CRDs for TFJob/PyTorchJob; Argo Workflows v4.1.2 JSON schema and CRDs for Workflow,
 WorkflowTemplate and CronWorkflow. The CRD schemas are an OpenAPI v3 subset, validated with a Draft 7

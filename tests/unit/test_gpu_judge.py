@@ -55,7 +55,7 @@ def quiet_cpu(**over: float) -> dict[str, Any]:
     return {**Signals.compute(12.3, CpuTimes(user=3.0, idle=21.6), 2, own_cpu_s=2.9).to_dict(), **over}
 
 
-# The GPU VM's quiet probe on a run (../shared/data/gpu/README.md, run 6: 38.4 before, 59.0 after) against
+# The GPU VM's quiet probe on a run (tests/data/gpu/README.md, run 6: 38.4 before, 59.0 after) against
 # a history that had seen only the high regime: the probe alone flags it.
 PROBE_BEFORE, PROBE_AFTER = {"rate": 38.4, "unit": "GFLOP/s"}, {"rate": 59.0, "unit": "GFLOP/s"}
 HIGH_REGIME_ONLY = {"low": 56.0, "high": 60.0, "median": 58.0, "n": 20}

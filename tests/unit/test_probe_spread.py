@@ -31,7 +31,7 @@ from kaliper.monitoring.probe import ProbeHistory, ProbeResult, ProbeSpread
 from kaliper.spec.interference import InterferenceSpec
 
 # The 12 runs' calibration probe before and after each run, GFLOP/s, on the quiet GPU VM (one NVIDIA H200,
-# 16 vCPUs Intel Xeon, Firecracker; nothing else running). From ../shared/data/gpu/README.md, taken
+# 16 vCPUs Intel Xeon, Firecracker; nothing else running). From tests/data/gpu/README.md, taken
 # 2026-11-26 with Kaliper at 45ae2e7: "Before/after/history rates of the 12 runs". Kaliper then flagged 9
 # of these 12 quiet runs `contended`, every one by the probe alone.
 GPU_VM_RUNS = [

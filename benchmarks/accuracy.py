@@ -55,7 +55,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kaliper.workloads.sampling import SamplingRule
+from kaliper.metrics.sampling import SamplingRule
 
 FRAMEWORKS = ("pytorch", "tensorflow")
 CASES = ("matmul", "conv2d")
@@ -122,7 +122,7 @@ def torch_case(name: str, threads: int) -> Case:
     import torch
     import torch.nn.functional as F
 
-    from kaliper.workloads import pi_conv2d_torch, pi_matmul_torch
+    from kaliper.benchmarks.pi import pi_conv2d_torch, pi_matmul_torch
 
     torch.set_num_threads(threads)
     generator = torch.Generator().manual_seed(1)
@@ -147,8 +147,8 @@ def torch_case(name: str, threads: int) -> Case:
 
 
 def tf_case(name: str, threads: int) -> Case:
-    from kaliper.workloads import pi_conv2d_tf, pi_matmul_tf
-    from kaliper.workloads.tf_support import import_tensorflow, tf_threads
+    from kaliper.benchmarks.pi import pi_conv2d_tf, pi_matmul_tf
+    from kaliper.benchmarks.tf_support import import_tensorflow, tf_threads
 
     tf_threads(threads)  # the same settings Kaliper's runs use, before the first op
     tf = import_tensorflow()

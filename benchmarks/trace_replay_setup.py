@@ -1,6 +1,6 @@
 """trace-replay: what setup costs on a ~10,000-node trace, and how faithful the small-ResNet replay is.
 
-1. Setup. A trace of ~10,000 execution-trace nodes, recorded for real by kaliper.trace.record: the small
+1. Setup. A trace of ~10,000 execution-trace nodes, recorded for real by kaliper.execution.trace_record: the small
    ResNet with `--traced 10` steps in the trace (10 × 1,069 nodes at 32×32, batch 8; `--big-model
    resnet50 --big-traced 2` records ResNet-50 instead). Timed: parse (bounded ijson stream), select, and
    the plan build (its dry run included); peak memory: tracemalloc's peak over a second parse + select
@@ -87,14 +87,14 @@ def fidelity_part(folder: Path, rounds: int) -> dict[str, Any]:
     import torch
     from torch import nn
 
+    from kaliper.benchmarks.cnn.cnn_torch import DATA_SEED, LEARNING_RATE, MODEL_SEED, MOMENTUM
+    from kaliper.benchmarks.cnn.models_torch import build_model
+    from kaliper.benchmarks.trace_replay.trace_replay_torch import run
+    from kaliper.metrics.sampling import SamplingRule
     from kaliper.trace.load import load_trace
     from kaliper.trace.parse import parse_trace
     from kaliper.trace.replay import build_plan
     from kaliper.trace.select import select_ops
-    from kaliper.workloads.cnn_torch import DATA_SEED, LEARNING_RATE, MODEL_SEED, MOMENTUM
-    from kaliper.workloads.models_torch import build_model
-    from kaliper.workloads.sampling import SamplingRule
-    from kaliper.workloads.trace_replay_torch import run
 
     torch.set_num_threads(1)
     rule = SamplingRule(warmup=3, target_rel_ci=0.02, min_samples=15, max_samples=40, max_time_s=10)
@@ -194,7 +194,7 @@ def main() -> None:
         print(json.dumps(result))
         return
 
-    from kaliper.trace.record import record_model
+    from kaliper.execution.trace_record import record_model
 
     with tempfile.TemporaryDirectory(prefix="kaliper-bench-") as tmp:
         big, small = Path(tmp) / "big", Path(tmp) / "small"

@@ -25,18 +25,18 @@ import numpy as np
 import yaml
 
 from kaliper.analysis.statistics import relative_ci_width
+from kaliper.benchmarks import runtime
+from kaliper.benchmarks.calibration import MATMUL_GFLOPS_FORMULA, rate_metrics
+from kaliper.benchmarks.measurement import Measurement
 from kaliper.configurator import ExperimentPlan, TrialPlan, configure, write_plan
 from kaliper.jobs.kubeflow import pod_name, primary_replica
 from kaliper.jobs.manifest import for_repetition
+from kaliper.metrics.sampling import SampleSet, SamplingRule
 from kaliper.results.documents import LaunchDoc, ReplicaLaunch, to_document
 from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import Hardware, Stack
 from kaliper.spec import spec_from_text
 from kaliper.storage import Storage, layout
-from kaliper.workloads import runtime
-from kaliper.workloads.calibration import MATMUL_GFLOPS_FORMULA, rate_metrics
-from kaliper.workloads.measurement import Measurement
-from kaliper.workloads.sampling import SampleSet, SamplingRule
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "examples" / "quickstart.yaml"
@@ -182,7 +182,7 @@ def build_records(
 
 
 def launch_doc(plan: ExperimentPlan, trial: TrialPlan, rep: int, started: datetime) -> LaunchDoc:
-    """What the local executor stores for a run that succeeded (kaliper.local.runner's shape)."""
+    """What the local executor stores for a run that succeeded (kaliper.execution.local_runner's shape)."""
     job_name = for_repetition(trial.manifest, rep)["metadata"]["name"]
     finished = started + timedelta(seconds=1.5)
     replicas = [

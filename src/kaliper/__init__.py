@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from kaliper._version import __version__
+
+__all__ = ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "emit":
-        from kaliper.workloads.emit import emit
+        from kaliper.exec.emit import emit
 
         return emit
     if name == "trace_steps":
-        from kaliper.trace.steps import trace_steps
+        from kaliper.exec.trace_steps import trace_steps
 
         return trace_steps
     raise AttributeError(f"module 'kaliper' has no attribute {name!r}")

@@ -14,14 +14,14 @@ import pytest
 import yaml
 
 from conftest import CliRunner
+from kaliper.benchmarks.cnn.models_tf import ClusterConfig, params_digest
+from kaliper.benchmarks.measurement import Measurement
 from kaliper.errors import WorkloadError
+from kaliper.execution.operator_env import tf_config
 from kaliper.jobs.manifest import replica_counts
-from kaliper.local.operator_env import tf_config
+from kaliper.metrics.sampling import CONTINUE, MAX_TIME, SamplingRule, collect
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import ResultRecord, load_record
-from kaliper.workloads.measurement import Measurement
-from kaliper.workloads.models_tf import ClusterConfig, params_digest
-from kaliper.workloads.sampling import CONTINUE, MAX_TIME, SamplingRule, collect
 
 IMAGE = "ghcr.io/kaliper-dev/kaliper-tensorflow:0.1.0"
 TINY = SamplingRule(warmup=2, target_rel_ci=0.5, min_samples=5, max_samples=8, max_time_s=3.0)
@@ -46,7 +46,7 @@ def params(**overrides: Any) -> dict[str, Any]:
 
 def _threads() -> int:
     """TF fixes its thread pools once per process: reuse what an earlier test in this process set."""
-    from kaliper.workloads.tf_support import import_tensorflow
+    from kaliper.benchmarks.tf_support import import_tensorflow
 
     return int(import_tensorflow().config.threading.get_intra_op_parallelism_threads()) or 1
 
@@ -159,7 +159,7 @@ def test_params_digest_sees_every_byte() -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("single_process")
 def test_train_single_process_metrics() -> None:
-    from kaliper.workloads.cnn_tf import run_train
+    from kaliper.benchmarks.cnn.cnn_tf import run_train
 
     m = run_train(params(), TINY)
     assert len(m.samples.warmup_ns) == 2
@@ -193,7 +193,7 @@ def test_train_single_process_metrics() -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("single_process")
 def test_infer_bf16_single_process() -> None:
-    from kaliper.workloads.cnn_tf import run_infer
+    from kaliper.benchmarks.cnn.cnn_tf import run_infer
 
     m = run_infer(params(precision="bf16"), TINY)
     assert m.effective_params["dtype_policy"] == "mixed_bfloat16"
@@ -205,7 +205,7 @@ def test_infer_bf16_single_process() -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("single_process")
 def test_files_pipeline_times_the_input_wait(tmp_path: Path) -> None:
-    from kaliper.workloads.cnn_tf import run_train
+    from kaliper.benchmarks.cnn.cnn_tf import run_train
 
     m = run_train(params(data="files", data_dir=str(tmp_path / "images"), image_size=40), TINY)
     data = m.derived["data"]

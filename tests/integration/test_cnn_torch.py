@@ -15,23 +15,23 @@ import numpy as np
 import pytest
 import yaml
 
+from kaliper.benchmarks.cnn import imagefiles
+from kaliper.benchmarks.measurement import Measurement
 from kaliper.errors import WorkloadError
+from kaliper.execution.operator_env import pytorch_env
 from kaliper.jobs.manifest import replica_counts
-from kaliper.local.operator_env import pytorch_env
+from kaliper.metrics.sampling import CONVERGED, SamplingRule, collect
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import ResultRecord, load_record
-from kaliper.workloads import imagefiles
-from kaliper.workloads.measurement import Measurement
-from kaliper.workloads.sampling import CONVERGED, SamplingRule, collect
 
 torch = pytest.importorskip("torch")
 
-from kaliper.workloads.cnn_torch import (  # noqa: E402  (after the importorskip)
+from kaliper.benchmarks.cnn.cnn_torch import (  # noqa: E402  (after the importorskip)
     distributed_env,
     run_infer,
     run_train,
 )
-from kaliper.workloads.models_torch import build_model, count_parameters  # noqa: E402
+from kaliper.benchmarks.cnn.models_torch import build_model, count_parameters  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

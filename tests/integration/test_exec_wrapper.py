@@ -159,10 +159,10 @@ def test_sigterm_to_the_wrapper_stops_the_childs_whole_group(tmp_path: Path) -> 
 
 
 def test_jsonl_through_kaliper_emit(tmp_path: Path) -> None:
-    pytest.importorskip("kaliper.workloads.emit")
+    pytest.importorskip("kaliper.exec.emit")
     code = textwrap.dedent(
         """
-        from kaliper.workloads.emit import emit
+        from kaliper.exec.emit import emit
         for v in (3.0, 4.0, 5.0):
             emit("tokens_per_s", v, unit="tokens/s", better="higher")
         """
@@ -279,7 +279,7 @@ def test_several_gb_of_output_in_bounded_memory(tmp_path: Path) -> None:
 
 
 def test_local_executor_runs_replicas_in_the_workdir(tmp_path: Path) -> None:
-    from kaliper.local.executor import LocalExecutor, container_argv
+    from kaliper.execution.local_job import LocalExecutor, container_argv
 
     workdir = tmp_path / "my-model"
     workdir.mkdir()
@@ -303,7 +303,7 @@ def test_local_executor_runs_replicas_in_the_workdir(tmp_path: Path) -> None:
 def test_a_log_of_gigabytes_is_stored_as_head_and_tail(tmp_path: Path) -> None:
     import tracemalloc
 
-    from kaliper.local.runner import bounded_log
+    from kaliper.execution.local_runner import bounded_log
 
     path = tmp_path / "huge.stdout.log"
     size = 3 << 30
@@ -330,9 +330,9 @@ def test_local_run_of_an_unwrapped_command_gets_records_from_its_logs(tmp_path: 
     """`workload.wrap: false` locally: the runner reads each replica's output after the job (all of it,
     though the stored log keeps head and tail only) and writes its record (recorded_by executor)."""
     from kaliper.configurator import ExperimentPlan, TrialPlan
-    from kaliper.local.runner import RunSettings, run_one
+    from kaliper.execution.local_runner import RunSettings, run_one
+    from kaliper.metrics.rules import ExtractionRules, PatternMetric
     from kaliper.results.documents import ExperimentDoc, JobRef, StackRef, TrialDoc
-    from kaliper.workloads.rules import ExtractionRules, PatternMetric
 
     workdir = tmp_path / "model"
     workdir.mkdir()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kaliper.local.executor import LocalExecutor
+from kaliper.execution.local_job import LocalExecutor
 
 # The worker outlives the master by a moment, like a DDP rank storing its record after rank 0 did.
 MASTER = "print('master done')"

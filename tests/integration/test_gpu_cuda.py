@@ -32,8 +32,8 @@ MATMULS = textwrap.dedent(
 
 
 def test_provenance_names_the_driver_and_power_limit() -> None:
+    from kaliper.benchmarks.torch_support import torch_gpu_settings
     from kaliper.monitoring.nvml import gpu_provenance
-    from kaliper.workloads.torch_support import torch_gpu_settings
 
     gpus, why = gpu_provenance()
     assert why is None, why

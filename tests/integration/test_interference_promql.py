@@ -40,8 +40,8 @@ from typing import Any
 import pytest
 
 from kaliper.analysis.interference import Thresholds
+from kaliper.execution.cluster_environment import query_environment
 from kaliper.monitoring.deadline import prometheus_budget
-from kaliper.monitoring.interference_promql import query_environment
 from kaliper.reporter import write_report
 from kaliper.reporter.report import build_report
 from kaliper.results.documents import to_document

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kaliper.local.netns import isolation_unavailable_reason
+from kaliper.execution.netns import isolation_unavailable_reason
 
 pytestmark = pytest.mark.slow
 

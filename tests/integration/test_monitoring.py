@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kaliper.metrics.sampling import SamplingRule, collect, observe_samples
 from kaliper.monitoring import prometheus as promq
 from kaliper.monitoring.push import GROUPING_LABELS, METRIC_NAMES, LivePusher, Pusher, start_live_push
 from kaliper.monitoring.sampler import GPU_FIGURES, GPU_METRICS, LocalSampler
 from kaliper.results.record import load_record
 from kaliper.storage import layout
-from kaliper.workloads.sampling import SamplingRule, collect, observe_samples
 from prom_services import (  # noqa: F401 - the fixtures register themselves
     Prometheus,
     Pushgateway,

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 
 from conftest import CliRunner
+from kaliper.benchmarks.measurement import Measurement
+from kaliper.benchmarks.pi import pi_conv2d_tf, pi_conv2d_torch, pi_import, pi_matmul_tf
+from kaliper.benchmarks.pi.pi_conv2d_torch import output_size, same_pads
 from kaliper.errors import WorkloadError
+from kaliper.metrics.sampling import SamplingRule
 from kaliper.results.record import load_record
-from kaliper.workloads import pi_conv2d_tf, pi_conv2d_torch, pi_import, pi_matmul_tf
-from kaliper.workloads.measurement import Measurement
-from kaliper.workloads.pi_conv2d_torch import output_size, same_pads
-from kaliper.workloads.sampling import SamplingRule
 
 torch = pytest.importorskip("torch")
 QUICK = SamplingRule(warmup=1, target_rel_ci=0.5, min_samples=3, max_samples=5, max_time_s=1.0)
@@ -330,8 +330,8 @@ def test_pi_import_tensorflow_keeps_the_parent_light(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
         import json, sys
-        from kaliper.workloads.pi_import import run_tensorflow
-        from kaliper.workloads.sampling import SamplingRule
+        from kaliper.benchmarks.pi.pi_import import run_tensorflow
+        from kaliper.metrics.sampling import SamplingRule
         m = run_tensorflow({"device": "cpu", "threads": 1}, SamplingRule(1, 0.5, 2, 2, 60.0))
         print(json.dumps({
             "loaded": sorted(k for k in ("tensorflow", "torch") if k in sys.modules),

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import CliRunner
 from kaliper.configurator import configure
-from kaliper.local.runner import run_one
+from kaliper.execution.local_runner import run_one
 from kaliper.steps.configure import load_step_spec, parse_created
 from kaliper.storage import layout, open_storage
 

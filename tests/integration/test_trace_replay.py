@@ -1,4 +1,4 @@
-"""trace-replay with real torch: a small-ResNet training step recorded by kaliper.trace.record, replayed by
+"""trace-replay with real torch: a small-ResNet training step recorded by kaliper.execution.trace_record, replayed by
 `kaliper workload trace-replay` (a real process) from a folder and from storage, by `kaliper run` of the
 example, and refused with a failed record (reason, no samples) when the bundle is unusable."""
 
@@ -25,10 +25,10 @@ from kaliper.trace.bundle import META_FILE, TRACE_FILE, TraceMeta, trace_id
 
 pytest.importorskip("torch")
 
-from kaliper.trace.record import record_model
+from kaliper.benchmarks.trace_replay.trace_replay_torch import run
+from kaliper.execution.trace_record import record_model
+from kaliper.metrics.sampling import SamplingRule
 from kaliper.trace.store import store_bundle
-from kaliper.workloads.sampling import SamplingRule
-from kaliper.workloads.trace_replay_torch import run
 
 pytestmark = pytest.mark.slow
 

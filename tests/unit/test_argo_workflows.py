@@ -20,8 +20,8 @@ from conftest import EXAMPLES, REPO, CliRunner
 from k8s_schemas import argo_problems, crd_problems
 from kaliper.configurator import configure
 from kaliper.errors import InputError, KaliperError, SpecError, TemplateError
+from kaliper.execution.jobobject import prepare_job
 from kaliper.spec import LoadedSpec, load_spec, spec_from_text
-from kaliper.steps.jobobject import prepare_job
 from kaliper.steps.templates import imported_paths, parse_bundle
 from kaliper.workflows.argo import cron_workflow_document, workflow_document
 from kaliper.workflows.compile import compile_spec, dump_yaml

@@ -12,8 +12,8 @@ import pytest
 from kaliper.configurator import configure
 from kaliper.configurator.command import arg_text, render_command
 from kaliper.configurator.render import LIBRARY_DIR, render_template
+from kaliper.metrics.rules import ExtractionRules, PatternMetric
 from kaliper.spec import spec_from_text
-from kaliper.workloads.rules import ExtractionRules, PatternMetric
 
 SPEC = """\
 name: own

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kaliper.workloads.emit import emit
-from kaliper.workloads.extraction import (
+from kaliper.exec.emit import emit
+from kaliper.metrics.extraction import (
     MAX_LINE,
     TIME_TO_TRAIN,
     Extractor,
@@ -19,8 +19,8 @@ from kaliper.workloads.extraction import (
     extract_text,
     guess_direction,
 )
-from kaliper.workloads.rules import EMIT_PREFIX, METRICS_FILE_ENV, ExtractionRules, PatternMetric
-from kaliper.workloads.verdict import judge
+from kaliper.metrics.rules import EMIT_PREFIX, METRICS_FILE_ENV, ExtractionRules, PatternMetric
+from kaliper.metrics.verdict import judge
 
 IMAGES = PatternMetric("images_per_s", r"([0-9.]+) images/sec", "images/s", "higher", skip_first=2)
 LOSS = PatternMetric("loss", r"loss ([0-9.]+)", "", "lower")
@@ -296,7 +296,7 @@ def test_emit_round_trip_through_a_real_file(tmp_path: Path, monkeypatch: pytest
 
 
 def test_emit_without_a_metrics_file_prints_lines_the_extraction_reads() -> None:
-    code = "from kaliper.workloads.emit import emit; emit('acc', 0.9); emit('acc', 0.95)"
+    code = "from kaliper.exec.emit import emit; emit('acc', 0.9); emit('acc', 0.95)"
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

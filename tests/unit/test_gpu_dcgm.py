@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from kaliper.analysis.interference import Thresholds
+from kaliper.execution.cluster_environment import Answer, verdict_of
 from kaliper.monitoring.interference_dcgm import Labelled, gpu_signals_of
-from kaliper.monitoring.interference_promql import Answer, verdict_of
 from kaliper.monitoring.sampler import GPU_FIGURES, GPU_NOT_MEASURED, LOCAL_NOT_MEASURED, LocalSampler
 
 T0 = 1_800_000_000.0

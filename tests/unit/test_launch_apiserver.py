@@ -28,15 +28,15 @@ from kubernetes.client import Configuration
 from kaliper.configurator import configure, write_plan
 from kaliper.configurator.jobcheck import JobExpectations
 from kaliper.errors import ExecutionError, InputError
+from kaliper.execution import kube_launch as launch_module
+from kaliper.execution.jobobject import RESULTS_VOLUME, WORKFLOW_LABEL, job_name
+from kaliper.execution.kube_launch import launch_run
+from kaliper.execution.kubeapi import JobApi
+from kaliper.execution.logrecords import MAX_LOG_BYTES
 from kaliper.results.documents import LaunchDoc, to_document
 from kaliper.results.protocol import result_line
 from kaliper.results.record import load_record
 from kaliper.spec import spec_from_text
-from kaliper.steps import launch as launch_module
-from kaliper.steps.jobobject import RESULTS_VOLUME, WORKFLOW_LABEL, job_name
-from kaliper.steps.kubeapi import JobApi
-from kaliper.steps.launch import launch_run
-from kaliper.steps.logrecords import MAX_LOG_BYTES
 from kaliper.storage import Storage, layout, open_storage
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kube"

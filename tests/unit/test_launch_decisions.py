@@ -19,10 +19,7 @@ from jsonschema import Draft7Validator
 
 from kaliper.configurator import configure
 from kaliper.errors import InputError
-from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_REPETITION, LABEL_TRIAL
-from kaliper.jobs.manifest import replica_specs
-from kaliper.spec import spec_from_text
-from kaliper.steps.jobobject import (
+from kaliper.execution.jobobject import (
     MAX_JOB_NAME,
     RESULTS_VOLUME,
     WORKFLOW_LABEL,
@@ -32,7 +29,10 @@ from kaliper.steps.jobobject import (
     prepare_job,
     resolve_namespace,
 )
-from kaliper.steps.jobstate import PodView, failure_reason, job_state, parse_time
+from kaliper.execution.jobstate import PodView, failure_reason, job_state, parse_time
+from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_REPETITION, LABEL_TRIAL
+from kaliper.jobs.manifest import replica_specs
+from kaliper.spec import spec_from_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kube"
 NAMES = {"JOB": "ddp-t000-1a2b3c-r0", "NS": "bench", "EXP": "ddp-x", "TRIAL": "t000", "REP": "0"}

@@ -13,7 +13,7 @@ import kaliper.reporter.aggregate as aggregate
 from kaliper.analysis.pickling import quick_pickle
 from kaliper.analysis.statistics import RunStats, TrialStats
 from kaliper.reporter.model import RunResult, TrialMetric, TrialResult
-from kaliper.reporter.views import LaunchView, MetricView, RecordView
+from kaliper.results.views import LaunchView, MetricView, RecordView
 from kaliper.storage import open_storage
 from synthetic import build_records, plan_spec, sweep_doc, write_experiment
 

@@ -17,10 +17,10 @@ from kaliper.configurator import configure
 from kaliper.configurator.experiment import dump_manifest
 from kaliper.configurator.render import BUILTIN_TEMPLATES, render_template
 from kaliper.errors import SpecError
+from kaliper.execution.jobobject import prepare_job
 from kaliper.jobs.manifest import replica_specs
 from kaliper.spec import spec_from_text
 from kaliper.spec.services import S3Spec
-from kaliper.steps.jobobject import prepare_job
 
 SECRET_VALUES = {
     "AWS_ACCESS_KEY_ID": "AKIA-KALIPER-MARKER-1",

@@ -16,9 +16,9 @@ from kaliper.analysis.interference import (
     judge_interference,
     probe_band,
 )
-from kaliper.local.calibration import CalibrationStore
-from kaliper.local.environment import RunMonitor, timed_probe
-from kaliper.local.preflight import (
+from kaliper.execution.calibration import CalibrationStore
+from kaliper.execution.environment import RunMonitor, timed_probe
+from kaliper.execution.preflight import (
     SEED_BELOW,
     SEED_CALLS,
     MachineSample,

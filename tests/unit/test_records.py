@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from kaliper.benchmarks import get_workload
+from kaliper.benchmarks.runtime import build_record
 from kaliper.errors import InputError, Redactor, SchemaVersionError, is_secret_name, redact, redactor
+from kaliper.metrics.sampling import SamplingRule, collect
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.protocol import RunIdentity, failure_record
 from kaliper.results.record import RESULT_SCHEMA, RecordLoader, ResultRecord, load_record
-from kaliper.workloads import get_workload
-from kaliper.workloads.runtime import build_record
-from kaliper.workloads.sampling import SamplingRule, collect
 
 torch = pytest.importorskip("torch")
 

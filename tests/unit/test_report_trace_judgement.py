@@ -6,7 +6,7 @@ a judgement. The views carry it as one shared instance per distinct judgement, a
 keeps it (a reload from the file reports the same).
 
 The experiments are synthetic (tests/synthetic.py: the configurator's plan, the runtime's records); each
-record's `derived.trace.judgement` is made by the recorder's own judge (kaliper.trace.record) and dumped
+record's `derived.trace.judgement` is made by the recorder's own judge (kaliper.execution.trace_record) and dumped
 as the trace-replay workload dumps it.
 """
 
@@ -21,17 +21,17 @@ from typing import Any
 import pytest
 
 from kaliper.analysis.interference import InterferenceVerdict
+from kaliper.execution.trace_judgement import SpreadLimits, judge_recording, step_spread
 from kaliper.reporter import write_report
 from kaliper.reporter.aggregate import load_experiment
 from kaliper.reporter.html import report_html
 from kaliper.reporter.html_page import STYLE_CONTENDED
 from kaliper.reporter.outputs import report_markdown
 from kaliper.reporter.report import Report, build_report
-from kaliper.reporter.views import Interner
 from kaliper.results.summary import load_summary
+from kaliper.results.views import Interner
 from kaliper.storage import Storage, dump_json, layout, open_storage
 from kaliper.trace.bundle import UNJUDGED, TraceJudgement
-from kaliper.trace.judgement import SpreadLimits, judge_recording, step_spread
 from synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 MS = 1_000_000

@@ -1,12 +1,12 @@
 """A local run alternates stacks (A B A B ...) and interleaves repetitions: the order is a pure decision
-on the configured plan (kaliper.local.order), checked here on real plans from the configurator."""
+on the configured plan (kaliper.execution.order), checked here on real plans from the configurator."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from kaliper.configurator import ExperimentPlan, configure
-from kaliper.local.order import run_order
+from kaliper.execution.order import run_order
 from kaliper.spec import load_spec
 
 SPEC = """\

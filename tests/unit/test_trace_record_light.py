@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kaliper.trace.autostep import FOLDER
+from kaliper.exec.autostep import FOLDER
 
 INERT = """
 import sys, kaliper

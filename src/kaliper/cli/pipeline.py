@@ -1,8 +1,8 @@
 """The local pipeline behind `kaliper run`: configure → execute → report, as the cluster's three steps.
 
-Before anything is written, an optional pre-flight (kaliper.local.preflight) waits for a quiet machine.
+Before anything is written, an optional pre-flight (kaliper.execution.preflight) waits for a quiet machine.
 The configurator writes the experiment and its trials to storage, the local executor runs every trial ×
-repetition (kaliper.local.runner: it only runs jobs), and the reporter writes the report, also when runs
+repetition (kaliper.execution.local_runner: it only runs jobs), and the reporter writes the report, also when runs
 failed. Nothing here decides anything the parts do not: it puts them in order.
 """
 
@@ -19,12 +19,13 @@ from rich.console import Console
 from kaliper.configurator import configure, write_plan
 from kaliper.configurator.podenv import REGION_ENV, S3_ENDPOINT_ENV
 from kaliper.errors import InputError, KaliperError, StorageError
+from kaliper.execution.calibration import CalibrationStore
+from kaliper.execution.interrupt import StopRequest
+from kaliper.execution.local_runner import RunOutcome, RunSettings, run_all
+from kaliper.execution.preflight import DEFAULT_WAIT_S, PreflightMode, PreflightResult, preflight
 from kaliper.jobs import env
-from kaliper.local.calibration import CalibrationStore
-from kaliper.local.interrupt import StopRequest
-from kaliper.local.preflight import DEFAULT_WAIT_S, PreflightMode, PreflightResult, preflight
-from kaliper.local.runner import RunOutcome, RunSettings, run_all
 from kaliper.reporter import ReportPaths, write_report
+from kaliper.reporter.trial_samples import write_trial_samples
 from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
 from kaliper.spec.loader import workdir_of
 from kaliper.storage import FILE_SCHEME, Storage, file_path, layout, open_storage
@@ -142,6 +143,7 @@ def run_spec(
         cwd=cwd,
         calibration=calibration,
         pythons=pythons,
+        after_run=write_trial_samples,
     )
     outcomes = run_all(storage, plan, console, settings)  # execute
     report = finish_report(storage, plan.experiment.id)  # report

@@ -18,7 +18,7 @@ from rich.table import Table
 from kaliper.errors import InputError, Interrupted, RunsFailedError
 
 if TYPE_CHECKING:
-    from kaliper.local.preflight import PreflightMode
+    from kaliper.execution.preflight import PreflightMode
 
 HEADLINE_METRICS = ("images_per_s_total", "images_per_s", "gflops", "step_time")
 
@@ -79,7 +79,7 @@ def run(
             raise StorageURLError(f"--storage: {exc}") from None
     loaded = load_spec(spec)
     from kaliper.cli.pipeline import run_spec, unstored_error  # after validation: a bad spec is refused fast
-    from kaliper.local.interrupt import StopRequest
+    from kaliper.execution.interrupt import StopRequest
 
     with StopRequest().installed() as stop:
         result = run_spec(

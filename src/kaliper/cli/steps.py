@@ -184,11 +184,12 @@ def _launcher(
     mount_path: str | None,
     templates_json: str | None,
 ) -> tuple[StorageType, Callable[[Run], LaunchDoc]]:
-    """The storage and one run's launch (kaliper.steps.launch.launch_run), checked against the workflow's
+    """The storage and one run's launch (kaliper.execution.kube_launch.launch_run), checked against the workflow's
     spec; a chunk reads its runs from the same storage."""
     from kaliper.configurator.jobcheck import JobExpectations
+    from kaliper.execution.kube_launch import launch_run
+    from kaliper.reporter.trial_samples import write_trial_samples
     from kaliper.steps.configure import load_step_spec
-    from kaliper.steps.launch import launch_run
     from kaliper.storage import open_storage
 
     if (volume_claim is None) != (mount_path is None):
@@ -209,6 +210,7 @@ def _launcher(
             mount_path=mount_path,
             job_sha256=run.sha256,
             expect=expect,
+            after_run=write_trial_samples,
         )
 
     return store, launch

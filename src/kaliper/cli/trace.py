@@ -1,7 +1,7 @@
 """`kaliper trace record|show`: record a PyTorch execution trace to replay later (ARCHITECTURE.md, "Trace
 replay"), and say what a recorded one holds. torch is imported only by the recording itself.
 
-Recording is judged as a run is (kaliper.trace.record): pre-flight, then the neighbours and the timed
+Recording is judged as a run is (kaliper.execution.trace_record): pre-flight, then the neighbours and the timed
 steps' spread; a contended or unstable recording is recorded again, then refused (exit 1, nothing
 stored) unless --accept-contended. Both commands print the bundle's judgement beside its step times."""
 
@@ -15,8 +15,8 @@ import typer
 from kaliper.errors import TraceError
 
 if TYPE_CHECKING:
+    from kaliper.execution.trace_judgement import Judging
     from kaliper.trace.bundle import TraceJudgement, TraceMeta
-    from kaliper.trace.judgement import Judging
 
 trace_app = typer.Typer(
     help="Record a PyTorch execution trace (Mystique) to replay under other stacks; show a recorded one.",
@@ -100,7 +100,7 @@ def record(
 
     Example: kaliper trace record --storage file://./kaliper-results --name own-train -- python train.py
     """
-    from kaliper.trace import record as recorder
+    from kaliper.execution import trace_record as recorder
     from kaliper.trace import store
 
     judging = _judging(retime, accept_contended, preflight, preflight_wait)
@@ -152,7 +152,7 @@ def record(
 
 def _judging(retime: int, accept: bool, preflight: str, wait: str) -> Judging:
     from kaliper.cli.run import preflight_options
-    from kaliper.trace.judgement import Judging
+    from kaliper.execution.trace_judgement import Judging
 
     mode, wait_s = preflight_options(preflight, wait)
     return Judging(retime=retime, accept_contended=accept, preflight=mode, preflight_wait_s=wait_s)

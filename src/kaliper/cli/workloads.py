@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from kaliper.workloads.rules import ExtractionRules
+    from kaliper.metrics.rules import ExtractionRules
 
 # The sampling rule's options, shared by `workload` (it samples by it) and `exec` (it judges by it).
 TargetRelCi = Annotated[float, typer.Option(min=0.0)]
@@ -36,10 +36,10 @@ def workload(
     confidence: Confidence = 0.95,
 ) -> None:
     """Run one built-in workload in this process and store its record (what job containers run)."""
+    from kaliper.benchmarks import get_workload
+    from kaliper.benchmarks.runtime import run_workload
     from kaliper.errors import ParameterError
-    from kaliper.workloads import get_workload
-    from kaliper.workloads.runtime import run_workload
-    from kaliper.workloads.sampling import SamplingRule
+    from kaliper.metrics.sampling import SamplingRule
 
     get_workload(name)
     raw: dict[str, str] = {}
@@ -88,8 +88,8 @@ def exec_command(
 
     Example: kaliper exec --metric 'images_per_s=images/sec: ([0-9.]+)' -- python train.py --batch-size 32
     """
-    from kaliper.workloads.command import run_command
-    from kaliper.workloads.sampling import SamplingRule
+    from kaliper.exec.command import run_command
+    from kaliper.metrics.sampling import SamplingRule
 
     parsed = _exec_rules(rules, metric or [], metrics_format, success_pattern, failure_pattern)
     params = {key: _scalar(value) for key, value in _pairs(param or [], "--param").items()}
@@ -134,7 +134,7 @@ def _exec_rules(
     rules: str | None, metrics: list[str], fmt: str, success: str | None, failure: str | None
 ) -> ExtractionRules:
     from kaliper.errors import InputError
-    from kaliper.workloads.rules import ExtractionRules, PatternMetric
+    from kaliper.metrics.rules import ExtractionRules, PatternMetric
 
     if rules is not None:
         if metrics or success or failure or fmt != "regex":
@@ -166,7 +166,7 @@ def _exec_rules(
 
 def _check_pattern(what: str, pattern: str, *, need_group: bool) -> None:
     from kaliper.errors import InputError
-    from kaliper.workloads.rules import compile_pattern
+    from kaliper.metrics.rules import compile_pattern
 
     try:
         compile_pattern(pattern, group=need_group)
@@ -176,7 +176,7 @@ def _check_pattern(what: str, pattern: str, *, need_group: bool) -> None:
 
 def list_workloads() -> None:
     """List the built-in workloads and their parameters."""
-    from kaliper.workloads import WORKLOADS
+    from kaliper.benchmarks import WORKLOADS
 
     table = Table(title="Built-in workloads")
     for column in ("workload", "frameworks", "parameter", "type", "default", "meaning"):

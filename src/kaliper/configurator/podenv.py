@@ -81,7 +81,7 @@ def stack_env(variables: dict[str, str]) -> list[EnvVar]:
 
 
 def workload_env(variables: Sequence[tuple[str, str]], stack: Mapping[str, str]) -> list[EnvVar]:
-    """A built-in workload's own variables (kaliper.workloads.catalog `env`), except those the stack sets:
+    """A built-in workload's own variables (kaliper.benchmarks.catalog `env`), except those the stack sets:
     its env is what is being compared, so it wins."""
     return [value_env(k, v) for k, v in variables if k not in stack]
 

@@ -1,7 +1,7 @@
 """What a cluster run saw of its GPUs, from dcgm-exporter (NVIDIA/dcgm-exporter) through Prometheus: the
 queries, and the environment block's `signals["gpu"]` made of their answer, in the shape of the local NVML
 reader's (kaliper.monitoring.gpu_window.GpuWindow.signals) as far as DCGM allows (`gpu_signals_of`). They are
-asked and stored with the nodes' CPU figures (kaliper.monitoring.interference_promql); apart from those
+asked and stored with the nodes' CPU figures (kaliper.execution.cluster_environment); apart from those
 because dcgm-exporter's labels, metric names and releases are a subject of their own:
 
 - the run's GPUs: the `DCGM_FI_DEV_GPU_UTIL` series that dcgm-exporter's Kubernetes mapping (`--kubernetes`)
@@ -82,7 +82,7 @@ class Labelled:
 
 
 class GpuAnswer(Protocol):
-    """What `gpu_signals_of` reads of Prometheus' answer (kaliper.monitoring.interference_promql.Answer,
+    """What `gpu_signals_of` reads of Prometheus' answer (kaliper.execution.cluster_environment.Answer,
     which holds these series and so imports this module: a protocol, not an import back)."""
 
     @property

@@ -364,7 +364,7 @@ def query_run(
 def connect(url: str, budget: Budget, timeout_s: float = 10.0) -> tuple[Any, str | None]:
     """A checked `PrometheusConnect` for `url`, or (None, why not); a failure to reach it ends `budget`.
 
-    For other modules' queries over a run's window (kaliper.monitoring.interference_promql), with the same
+    For other modules' queries over a run's window (kaliper.execution.cluster_environment), with the same
     retry policy and budget rules as `query_resources`.
     """
     timeout = budget.timeout(timeout_s)

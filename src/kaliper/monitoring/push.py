@@ -1,7 +1,7 @@
 """Live metrics from a running workload replica to a Prometheus Pushgateway.
 
 When `KALIPER_PUSHGATEWAY` names a Pushgateway (URL or host:port), `start_live_push` returns a pusher
-that a replica registers as a sample observer (`kaliper.workloads.sampling.observe_samples`). It keeps
+that a replica registers as a sample observer (`kaliper.metrics.sampling.observe_samples`). It keeps
 its own `CollectorRegistry` and pushes it under job `kaliper` with the grouping key
 experiment/trial/repetition/replica (replica such as `master-0`):
 
@@ -9,7 +9,7 @@ experiment/trial/repetition/replica (replica such as `master-0`):
 - `kaliper_last_sample_seconds` (gauge): duration of the last timed sample.
 - `kaliper_throughput{metric, unit}` (gauge): while sampling, `metric="samples_per_second"`; at the end
   also the workload's headline metric (for example `metric="gflops"`) at its median. A user's command
-  under `kaliper exec` (kaliper.workloads.command) sets it to the latest value of each of its metrics
+  under `kaliper exec` (kaliper.exec.command) sets it to the latest value of each of its metrics
   as the values are read from its output (`on_value`); each value counts as a sample.
 - `kaliper_run_status{status}` (gauge, 1): `running`, then the record's status (`ok`, `not_converged`,
   `failed`).

@@ -20,6 +20,8 @@ from typing import Any
 from kaliper.analysis.statistics import run_stats_many, trial_stats
 from kaliper.configurator import read_experiment, read_trial
 from kaliper.jobs.kubeflow import primary_replica, replica_name, run_status
+from kaliper.metrics.extraction import TIME_TO_TRAIN
+from kaliper.metrics.rules import WALL_TIME, ExtractionRules
 from kaliper.reporter.bulk import bulk
 from kaliper.reporter.model import (
     MEASURED,
@@ -31,17 +33,15 @@ from kaliper.reporter.model import (
     run_medians,
 )
 from kaliper.reporter.recovered import recover_from_logs
-from kaliper.reporter.stats_cache import decode_runs, decode_trials, encode_run, encode_trial
-from kaliper.reporter.views import Interner
 from kaliper.reporter.workers import ENV_WORKERS, PARALLEL_RUNS, LoadPool, inherited_storage, report_workers
 from kaliper.results.compact import SamplesCodec, TrialSamples, document_keys, open_samples
 from kaliper.results.documents import ExperimentDoc, TrialDoc
 from kaliper.results.protocol import RESULT_LINE_PREFIX
 from kaliper.results.record import RecordLoader
+from kaliper.results.stats_cache import decode_runs, decode_trials, encode_run, encode_trial
+from kaliper.results.views import Interner
 from kaliper.storage import Storage, layout
 from kaliper.storage.readahead import ReadAhead
-from kaliper.workloads.extraction import TIME_TO_TRAIN
-from kaliper.workloads.rules import WALL_TIME, ExtractionRules
 
 # The model lives in kaliper.reporter.model; it is importable from here as it always was.
 __all__ = [
@@ -250,7 +250,7 @@ def _load_trials(
     """The trials, from `by_run` (one listing of the whole experiment), or else listing each trial;
     `light`: only what a comparison reads (`for_comparison`) where a trial's samples file is fresh."""
     loader = RecordLoader()  # records share stacks and hardware: validated once, held once
-    interner = Interner()  # and each record is kept as a compact view (kaliper.reporter.views)
+    interner = Interner()  # and each record is kept as a compact view (kaliper.results.views)
     codec = SamplesCodec()  # and samples files share them the same way
     if by_run is None:
         keys = [k for t in trial_ids for k in storage.list(layout.trial_prefix(experiment.id, t))]

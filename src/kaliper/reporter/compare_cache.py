@@ -29,19 +29,19 @@ from typing import Final
 import numpy as np
 import orjson
 
-from kaliper import __version__
 from kaliper.analysis.statistics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 from kaliper.analysis.terms import DEFAULT_CONFIDENCE
 from kaliper.analysis.verdicts import RatioComparison
 from kaliper.errors import KaliperError
-from kaliper.reporter.stats_cache import float_of_json
-from kaliper.reporter.views import json_float
+from kaliper.results.stats_cache import float_of_json
+from kaliper.results.views import json_float
 from kaliper.storage import Storage, layout
+from kaliper._version import __version__
 
 COMPARISONS_SCHEMA: Final = "kaliper.comparisons/v1"
 METHOD: Final = "compare_many/1"  # bump when a pair's figures would change for the same samples
 _FIELDS: Final = tuple(f.name for f in dataclasses.fields(RatioComparison))
-# Figures as the samples files keep them (nan and ±inf as their repr: kaliper.reporter.stats_cache)
+# Figures as the samples files keep them (nan and ±inf as their repr: kaliper.results.stats_cache)
 _FLOATS: Final = frozenset(f.name for f in dataclasses.fields(RatioComparison) if "float" in str(f.type))
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ All of it appears only when at least one run of the experiment has an environmen
 of an experiment from before they existed is byte-identical to what it always was.
 
 A trace replay's fidelity has a denominator measured once, when the trace was recorded; the recording
-was judged then as a run is (kaliper.trace.record) and each replay's record carries that judgement
-(kaliper.reporter.views.RecordingView). The reports show it beside fidelity (`recording_lines`,
+was judged then as a run is (kaliper.execution.trace_record) and each replay's record carries that judgement
+(kaliper.results.views.RecordingView). The reports show it beside fidelity (`recording_lines`,
 `trial_recordings_summary`), only for trials whose records carry one.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from kaliper.reporter.aggregate import RunResult, TrialMetric, TrialResult, trial_metrics
-from kaliper.reporter.views import RecordingView
+from kaliper.results.views import RecordingView
 
 MAX_REASONS = 3  # distinct reasons quoted in a note; the rest are counted
 MAX_NAMED_TRIALS = 20  # trials named in a recording line; the others are counted

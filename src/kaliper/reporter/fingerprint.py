@@ -18,7 +18,7 @@ from kaliper.results.record import Hardware, WorkloadInfo
 
 
 class Measured(Protocol):
-    """A result record, or the reporter's view of one (kaliper.reporter.views.RecordView)."""
+    """A result record, or the reporter's view of one (kaliper.results.views.RecordView)."""
 
     @property
     def workload(self) -> WorkloadInfo: ...

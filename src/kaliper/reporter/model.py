@@ -11,9 +11,9 @@ from typing import Any
 from kaliper.analysis.pickling import quick_pickle
 from kaliper.analysis.statistics import RunStats, TrialStats
 from kaliper.analysis.terms import DEFAULT_MIN_QUIET_RUNS
-from kaliper.reporter.views import LaunchView, RecordView
 from kaliper.results.documents import ExperimentDoc, TrialDoc
 from kaliper.results.environment import EnvironmentDoc
+from kaliper.results.views import LaunchView, RecordView
 
 MEASURED = ("ok", "not_converged")
 

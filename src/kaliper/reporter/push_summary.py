@@ -61,9 +61,9 @@ from kaliper.monitoring.metrics import (
     SUMMARY_JOB,
     VERDICT_LABELS,
 )
-from kaliper.monitoring.settings import pushgateway_url
 from kaliper.reporter.fingerprint import fingerprint
 from kaliper.reporter.report import Report
+from kaliper.results.services import pushgateway_url
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 `build_report` loads the experiment (kaliper.reporter.aggregate), gives each run its resources block
 (stored, or asked of Prometheus once and stored) and each cluster run its environment document (stored, or
-asked of Prometheus once and stored: kaliper.monitoring.interference_promql), makes the comparisons (kaliper.reporter.baseline) and
+asked of Prometheus once and stored: kaliper.execution.cluster_environment), makes the comparisons (kaliper.reporter.baseline) and
 the summary document. The writers (summary.json, results.csv, report.md, report.html, the Pushgateway
 push) only read it, so the order they run in does not matter.
 """
@@ -15,10 +15,9 @@ from typing import Any
 
 from kaliper.analysis.interference import Thresholds
 from kaliper.configurator import read_experiment
+from kaliper.execution.cluster_environment import query_environment
 from kaliper.monitoring import prometheus
 from kaliper.monitoring.deadline import Budget, prometheus_budget
-from kaliper.monitoring.interference_promql import query_environment
-from kaliper.monitoring.settings import prometheus_url
 from kaliper.reporter.aggregate import (
     ExperimentResult,
     Prepare,
@@ -32,6 +31,7 @@ from kaliper.reporter.summary import summary_document
 from kaliper.reporter.workers import pool_for
 from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.results.resources import store_resources, unavailable
+from kaliper.results.services import prometheus_url
 from kaliper.storage import Storage
 
 

@@ -2,7 +2,7 @@
 
 The reporter reads every run's launch.json, resources.json, environment.json and result records; at
 100,000 records most of its time goes into reading and validating them (each record carries its whole
-stack). This file keeps what the reporter keeps of each of those documents (kaliper.reporter.views: the
+stack). This file keeps what the reporter keeps of each of those documents (kaliper.results.views: the
 per-sample values, summaries, ids, status, timestamps; stacks and hardware once per file), so a rerun, a
 baseline comparison or `kaliper compare` reads one small object per trial instead.
 
@@ -19,7 +19,7 @@ The documents stay the source of truth:
   are added (a late run, a resources.json the reporter stores) the next load writes a file of the new
   name beside the old one. Readers look for the name of what is listed now, else take the file covering
   the most documents and use only its entries for documents still listed.
-- v2 adds each run's and trial's statistics (kaliper.reporter.stats_cache), derived from the same
+- v2 adds each run's and trial's statistics (kaliper.results.stats_cache), derived from the same
   documents, so a rerun does not compute them again. A v1 file is still read (its entries; the
   statistics are computed) and a v2 file is written beside it (the schema is part of the name).
 - A file of another schema version, or one that cannot be read, is ignored: the documents are read.
@@ -53,8 +53,8 @@ from kaliper.storage import Storage, layout
 from kaliper.storage.readahead import ReadAhead
 
 if TYPE_CHECKING:  # the reporter imports this module: no import of it at run time
-    from kaliper.reporter.views import Interner, LaunchView, RecordView
     from kaliper.results.record import RecordLoader
+    from kaliper.results.views import Interner, LaunchView, RecordView
 
 SAMPLES_SCHEMA: Final = "kaliper.samples/v2"
 READABLE_SCHEMAS: Final = ("kaliper.samples/v1", SAMPLES_SCHEMA)  # v1: entries only, no statistics
@@ -210,7 +210,7 @@ class TrialSamples:
         self.served[id(view)] = key[len(self.prefix) :]
         return view
 
-    # Statistics (v2; kaliper.reporter.stats_cache encodes them): opaque JSON here.
+    # Statistics (v2; kaliper.results.stats_cache encodes them): opaque JSON here.
 
     def run_stats(self, relative: str) -> Any:
         """The cached statistics of the record at `relative` (its entry this load), or None."""

@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from kaliper.errors import SchemaVersionError, redactor
-from kaliper.spec.validation import describe_validation_error
+from kaliper.results.validation import describe_validation_error
 
 EXPERIMENT_SCHEMA: Final = "kaliper.experiment/v1"
 TRIAL_SCHEMA: Final = "kaliper.trial/v1"

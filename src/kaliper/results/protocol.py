@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from kaliper import __version__
 from kaliper.errors import StorageError
 from kaliper.jobs import env
 from kaliper.jobs.kubeflow import canonical_replica_type, replica_id, replicas_of, run_status
@@ -27,6 +26,7 @@ from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import RecordIds, ResultRecord, Timestamps, WorkloadInfo
 from kaliper.storage import Storage, layout, open_storage
 from kaliper.storage.spool import Spool, SpoolingStorage, spool_root
+from kaliper._version import __version__
 
 RESULT_LINE_PREFIX: Final = "KALIPER_RESULT "
 # Replica reasons that only repeat the job's failure; any other (OOMKilled, Stopped, ...) is worth saying.

@@ -15,9 +15,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from kaliper.errors import ParameterError, SpecError
+from kaliper.results.validation import describe_validation_error, short
 from kaliper.spec.limits import check_integers, check_trial_count
 from kaliper.spec.model import BenchmarkSpec
-from kaliper.spec.validation import describe_validation_error, short
 from kaliper.spec.yamltext import MAX_YAML_NODES, parse_yaml_mapping
 
 MAX_SPEC_BYTES = 1 << 20
@@ -162,7 +162,7 @@ def check_against_workload(spec: BenchmarkSpec) -> None:
         for key, values in spec.matrix.items():
             _check_distinct(key, values, [json_key(v) for v in values])
         return
-    from kaliper.workloads import get_workload
+    from kaliper.benchmarks import get_workload
 
     try:
         definition = get_workload(spec.workload.name)

@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
+from kaliper.metrics.rules import WALL_TIME, ExtractionRules, PatternMetric, compile_pattern
 from kaliper.spec.services import StrictModel
-from kaliper.workloads.rules import WALL_TIME, ExtractionRules, PatternMetric, compile_pattern
 
 MAX_TEXT = 4096
 PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")

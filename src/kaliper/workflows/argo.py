@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from kaliper import __version__
+from kaliper._version import __version__
 from kaliper.workflows.plan import (
     CHUNKS_OUTPUT,
     EXPERIMENT_OUTPUT,

@@ -9,7 +9,7 @@
 //   job:      {kind, replicas, image, resources: {cpu, memory, gpu}, timeout_seconds,
 //              service_account, node_selector, tolerations, success_policy}
 //   workload: {name, framework, command, wrap, rules}: command is the user's argv for this trial (null for
-//             a built-in workload), rules the extraction rules as JSON (kaliper.workloads.rules)
+//             a built-in workload), rules the extraction rules as JSON (kaliper.metrics.rules)
 //   params:   the workload's parameters (defaults included)
 //   sampling: {warmup, target_rel_ci, min_samples, max_samples, max_time_s, confidence}
 // Kaliper's template worker provides the native function `kaliper.arg`: `pureArg` of a number, the same

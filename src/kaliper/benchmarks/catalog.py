@@ -1,0 +1,236 @@
+"""The built-in workloads: names, parameters and where each framework's implementation lives.
+
+Implementations are imported lazily (`module:function`), so validating a spec or printing `--help`
+never imports torch or tensorflow.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kaliper.benchmarks.params import Param, ParamSet
+from kaliper.errors import ParameterError
+from kaliper.trace import MALLOC_ENV
+
+COMMON_DEVICE = Param("device", str, "cpu", "where the work runs", choices=("cpu", "cuda"))
+COMMON_THREADS = Param(
+    "threads",
+    int,
+    0,
+    "intra-op threads for the framework and the BLAS; 0 = the CPUs this process may use",
+    minimum=0,
+)
+
+
+@dataclass(frozen=True)
+class WorkloadDef:
+    """A built-in benchmark: its parameters and its implementation per framework."""
+
+    name: str
+    summary: str
+    params: ParamSet
+    implementations: dict[str, str]  # framework -> "module:function"
+    version: str
+    # Set in the job's containers (a cluster's pods and local replicas alike), under a stack's own env:
+    # what the workload's processes need from start-up (trace-replay: glibc malloc as when recorded).
+    env: tuple[tuple[str, str], ...] = ()
+
+    def implementation_target(self, framework: str, where: str = "framework") -> str:
+        """`module:function` of the implementation for `framework`, without importing it."""
+        target = self.implementations.get(framework)
+        if target is None:
+            have = ", ".join(sorted(self.implementations))
+            raise ParameterError(
+                f"{where}: workload {self.name} has no {framework} implementation (available: {have})"
+            )
+        return target
+
+    def implementation(self, framework: str) -> Callable[..., Any]:
+        module_name, function = self.implementation_target(framework).split(":")
+        return getattr(importlib.import_module(module_name), function)  # type: ignore[no-any-return]
+
+
+COMMON_DTYPE = Param(
+    "dtype", str, "float32", "element type", choices=("float32", "float64", "bfloat16", "float16")
+)
+COMMON_CALLS = Param(
+    "calls_per_sample",
+    int,
+    0,
+    "operations timed together as one sample; 0 = calibrate so a sample lasts >= 10 ms",
+    minimum=0,
+)
+
+PI_MATMUL = WorkloadDef(
+    name="pi-matmul",
+    summary="square matrix multiply C = A·B; GFLOP/s = 2n³ / t per call",
+    params=ParamSet(
+        (
+            Param("matrix_size", int, 512, "n: A, B and C are n×n", minimum=1),
+            COMMON_DTYPE,
+            COMMON_DEVICE,
+            COMMON_THREADS,
+            COMMON_CALLS,
+        )
+    ),
+    implementations={
+        "pytorch": "kaliper.benchmarks.pi.pi_matmul_torch:run",
+        "tensorflow": "kaliper.benchmarks.pi.pi_matmul_tf:run",
+        "numpy": "kaliper.benchmarks.pi.pi_matmul_numpy:run",
+    },
+    version="1",
+)
+
+# Defaults: DeepBench's first DeepSpeech conv problem (conv_problems.h: W700 H161 C1 N4 K32, S20 R5,
+# pad 0, stride 2); Thoth's PiConv2D used the same shape with SAME padding.
+PI_CONV2D = WorkloadDef(
+    name="pi-conv2d",
+    summary="2-D convolution; GFLOP/s = 2·N·Ho·Wo·Kh·Kw·Cin·Cout / t (forward; ×3 with backward)",
+    params=ParamSet(
+        (
+            Param("batch", int, 4, "N: images per call", minimum=1),
+            Param("height", int, 161, "H: input height", minimum=1),
+            Param("width", int, 700, "W: input width", minimum=1),
+            Param("channels", int, 1, "Cin: input channels", minimum=1),
+            Param("filters", int, 32, "Cout: output channels", minimum=1),
+            Param("kernel_height", int, 5, "Kh (DeepBench R)", minimum=1),
+            Param("kernel_width", int, 20, "Kw (DeepBench S)", minimum=1),
+            Param("stride", int, 2, "stride in both dimensions", minimum=1),
+            Param(
+                "padding",
+                str,
+                "valid",
+                "valid (no padding, DeepBench) or same (Thoth)",
+                choices=("valid", "same"),
+            ),
+            Param("data_format", str, "NCHW", "memory layout", choices=("NCHW", "NHWC")),
+            Param(
+                "mode",
+                str,
+                "forward",
+                "forward, or forward + backward (data and filter gradients)",
+                choices=("forward", "forward_backward"),
+            ),
+            COMMON_DTYPE,
+            COMMON_DEVICE,
+            COMMON_THREADS,
+            COMMON_CALLS,
+        )
+    ),
+    implementations={
+        "pytorch": "kaliper.benchmarks.pi.pi_conv2d_torch:run",
+        "tensorflow": "kaliper.benchmarks.pi.pi_conv2d_tf:run",
+    },
+    version="1",
+)
+
+PI_IMPORT = WorkloadDef(
+    name="pi-import",
+    summary="cold start: import the framework and run a first op, in a fresh process per sample",
+    params=ParamSet((COMMON_DEVICE, COMMON_THREADS)),
+    implementations={
+        "pytorch": "kaliper.benchmarks.pi.pi_import:run_pytorch",
+        "tensorflow": "kaliper.benchmarks.pi.pi_import:run_tensorflow",
+    },
+    version="1",
+)
+
+_CNN_PARAMS = (
+    Param(
+        "model",
+        str,
+        "resnet50",
+        "resnet50, or small (a 4-block ResNet for quick runs)",
+        choices=("resnet50", "small"),
+    ),
+    Param("batch_size", int, 32, "images per step per replica", minimum=1),
+    Param("image_size", int, 224, "input height and width (ImageNet: 224)", minimum=32),
+    Param("num_classes", int, 1000, "output classes", minimum=2),
+    Param("precision", str, "fp32", "fp32, or bf16 autocast/mixed precision", choices=("fp32", "bf16")),
+    Param(
+        "data",
+        str,
+        "synthetic",
+        "synthetic tensors (compute only) or files read by a real input pipeline",
+        choices=("synthetic", "files"),
+    ),
+    Param("data_dir", str, "", "directory of generated image files; empty = generate into a temp dir"),
+    Param(
+        "data_workers",
+        int,
+        2,
+        "input pipeline workers (DataLoader workers / tf.data parallel calls)",
+        minimum=0,
+    ),
+    COMMON_DEVICE,
+    COMMON_THREADS,
+)
+
+CNN_TRAIN = WorkloadDef(
+    name="cnn-train",
+    summary="CNN training steps (forward, backward, SGD update); images/s per replica and in total",
+    params=ParamSet(_CNN_PARAMS),
+    implementations={
+        "pytorch": "kaliper.benchmarks.cnn.cnn_torch:run_train",
+        "tensorflow": "kaliper.benchmarks.cnn.cnn_tf:run_train",
+    },
+    version="1",
+)
+
+CNN_INFER = WorkloadDef(
+    name="cnn-infer",
+    summary="CNN inference steps (forward only); images/s and per-step latency",
+    params=ParamSet(_CNN_PARAMS),
+    implementations={
+        "pytorch": "kaliper.benchmarks.cnn.cnn_torch:run_infer",
+        "tensorflow": "kaliper.benchmarks.cnn.cnn_tf:run_infer",
+    },
+    version="1",
+)
+
+TRACE_REPLAY = WorkloadDef(
+    name="trace-replay",
+    summary="replay a recorded PyTorch execution trace's operators (Mystique); ms per replayed iteration, "
+    "fidelity to the original and coverage",
+    params=ParamSet(
+        (
+            Param(
+                "trace",
+                str,
+                "",
+                "the recorded trace: traces/<name> in the run's storage, a bundle folder or "
+                "file:// URL, or an http(s):// URL",
+                required=True,
+            ),
+            Param("iterations", int, 1, "replayed iterations (the traced steps, once) per sample", minimum=1),
+            Param(
+                "reset",
+                bool,
+                True,
+                "restore the generated tensors before each sample (outside the timer) so repeated "
+                "training updates do not drift towards inf/NaN",
+            ),
+            COMMON_DEVICE,
+            COMMON_THREADS,
+        )
+    ),
+    implementations={"pytorch": "kaliper.benchmarks.trace_replay.trace_replay_torch:run"},
+    version="1",
+    env=tuple(MALLOC_ENV.items()),
+)
+
+WORKLOADS: dict[str, WorkloadDef] = {
+    w.name: w for w in (PI_MATMUL, PI_CONV2D, PI_IMPORT, CNN_TRAIN, CNN_INFER, TRACE_REPLAY)
+}
+
+
+def get_workload(name: str) -> WorkloadDef:
+    """The built-in workload called `name`; ParameterError listing the known ones otherwise."""
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        known = ", ".join(sorted(WORKLOADS))
+        raise ParameterError(f"unknown workload {name!r} (built-in workloads: {known})") from None

@@ -1,0 +1,1 @@
+"""cnn-train / cnn-infer: ResNet training and inference, with their models and input pipelines."""

@@ -1,0 +1,1 @@
+"""trace-replay: a recorded PyTorch execution trace replayed operator by operator."""

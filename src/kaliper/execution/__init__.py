@@ -1,0 +1,15 @@
+"""Running the runs of an experiment and recording what each left: the local-process backend
+(`local_job`: a rendered job manifest run as processes with the training operator's environment,
+success, failure and deadline rules; `local_runner`: every trial × repetition, stored), the
+Kubernetes-job backend (`kube_launch`, `kubeapi`, `jobobject`, `jobstate`, `logrecords`), what a run saw
+of its neighbours (`environment`, `cluster_environment`, `preflight`, `calibration`), records built from
+logs (`fromlogs`), and `kaliper trace record` (`trace_record`, `trace_judgement`)."""
+
+from collections.abc import Callable
+
+from kaliper.storage import Storage
+
+# What the caller does after each run of a trial is stored (storage, experiment id, trial id): the
+# reporter's samples file, wired in by the entry points (kaliper.cli.pipeline, kaliper.cli.steps), so that
+# this layer never imports the reporter above it.
+AfterRun = Callable[[Storage, str, str], object]

@@ -1,0 +1,311 @@
+"""`kaliper step launch`, library part: create one repetition's TFJob/PyTorchJob, wait for it, record it.
+
+Runs inside an Argo/KFP pod with the workflow's service account. A retried step is safe: a written
+launch.json is returned as is, and the job name is the same on every try, so a job created by an
+earlier try is found (409 AlreadyExists) and waited for instead of created twice.
+
+Waiting mirrors `kubectl wait --for=condition=...`: list the job, watch it from the list's
+resourceVersion, and on an expired watch (410), an ERROR event, a broken connection or the end of the
+stream, list again and resume, all within `timeout_s`. The decisions live in `jobstate` / `jobobject`.
+A failed run's replicas that stored no record get stand-in records (kaliper.results.protocol); a
+succeeded run's replicas of a workload with extraction rules that stored none (an unwrapped image) get
+records read from their pod logs (kaliper.execution.logrecords).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from contextlib import closing
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+
+from kaliper.configurator import read_experiment, read_job, read_trial
+from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
+from kaliper.errors import ExecutionError, InputError
+from kaliper.execution import AfterRun
+from kaliper.execution.jobobject import ownership_problem, plural_of, prepare_job, resolve_namespace
+from kaliper.execution.jobstate import JobState, PodView, job_state, main_container_status, parse_time
+from kaliper.execution.kubeapi import JobApi, KubeApiError
+from kaliper.execution.logrecords import LogReader, store_log_records
+from kaliper.jobs.kubeflow import CONTAINER_NAME
+from kaliper.results.documents import LAUNCH_SCHEMA, FailureInfo, LaunchDoc, load_versioned, to_document
+from kaliper.results.protocol import store_stand_ins
+from kaliper.storage import Storage, layout
+
+LOG_TAIL_LINES: Final = 50
+WATCH_WINDOW_S: Final = 300  # one watch request at most this long; then list and watch again
+RETRY_MIN_S: Final = 0.5
+RETRY_MAX_S: Final = 5.0
+LAUNCH_TIMEOUT: Final = "LaunchTimeout"
+JOB_DELETED: Final = "JobDeleted"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Watched:
+    """The job as last seen while waiting, and the pods seen along the way."""
+
+    api: JobApi
+    namespace: str
+    plural: str
+    name: str
+    pods: PodView
+    job: dict[str, Any] | None = None
+    status: Any = None
+
+    def see(self, job: dict[str, Any]) -> JobState:
+        """Record a job object; list its pods when its status moved (pods can vanish later)."""
+        self.job = job
+        if job.get("status") != self.status:
+            self.status = job.get("status")
+            self.observe_pods()
+        return job_state(job)
+
+    def observe_pods(self) -> None:
+        try:
+            self.pods.observe(self.api.list_pods(self.namespace, self.name))
+        except KubeApiError as exc:
+            log.warning("%s (replica details may be incomplete)", exc)
+
+
+def launch_run(
+    storage: Storage,
+    experiment: str,
+    trial: str,
+    repetition: int,
+    *,
+    workflow_name: str,
+    workflow_uid: str | None,
+    timeout_s: float,
+    volume_claim: str | None = None,
+    mount_path: str | None = None,
+    api: JobApi | None = None,
+    job_sha256: str | None = None,
+    expect: JobExpectations | None = None,
+    after_run: AfterRun | None = None,
+) -> LaunchDoc:
+    """Run one repetition of a trial as a Kubernetes job and store its launch.json (returned).
+
+    The benchmark pods can write to storage, so job.yaml is created only when its sha256 is the one the
+    configure step passed on (`job_sha256`, from the workflow's runs list) and it passes the manifest
+    checks again (`expect`: the workflow's spec; without it, the stored trial and spec). `after_run`: what
+    the caller does once launch.json is stored (`kaliper step launch`: the trial's samples file).
+    """
+    key = layout.launch_key(experiment, trial, repetition)
+    if storage.exists(key):
+        return load_versioned(LaunchDoc, LAUNCH_SCHEMA, storage.get(key), storage.location(key))
+    manifest = read_job(storage, experiment, trial, job_sha256)
+    problem = manifest_problem(manifest, expect or _stored_expectations(storage, experiment, trial))
+    if problem is not None:
+        raise InputError(
+            f"{storage.location(layout.job_key(experiment, trial))}: {problem}; refusing to create the job"
+        )
+    namespace = resolve_namespace(manifest)
+    body = prepare_job(
+        manifest,
+        experiment,
+        trial,
+        repetition,
+        workflow_name=workflow_name,
+        workflow_uid=workflow_uid,
+        namespace=namespace,
+        volume_claim=volume_claim,
+        mount_path=mount_path,
+    )
+    plural, name = plural_of(body), body["metadata"]["name"]
+    deadline = time.monotonic() + timeout_s
+    api = api or JobApi.from_environment()
+    created = _create_or_adopt(api, namespace, plural, body, experiment, trial, repetition, workflow_uid)
+    watched = _Watched(api, namespace, plural, name, PodView.for_job(body), created)
+    state = _wait(watched, deadline, timeout_s)
+    watched.observe_pods()
+    doc = _launch_doc(watched, body, created, state, experiment, trial, repetition)
+    # Records before launch.json, which marks the run as done for a retried step.
+    exp, trial_doc = read_experiment(storage, experiment), read_trial(storage, experiment, trial)
+    if doc.status == "failed":
+        store_stand_ins(storage, doc, trial_doc, exp.workload, exp.storage, "launcher")
+    else:
+        store_log_records(storage, doc, trial_doc, exp, LogReader(api, namespace, watched.pods))
+    storage.put_json(key, to_document(doc))
+    if after_run is not None:
+        after_run(storage, experiment, trial)  # after the trial's last run: what the report reads
+    return doc
+
+
+def _stored_expectations(storage: Storage, experiment: str, trial: str) -> JobExpectations:
+    """What job.yaml must be, from the stored spec (when the step was not given the workflow's)."""
+    from kaliper.spec import spec_from_text
+
+    text = storage.get(layout.spec_key(experiment)).decode()
+    loaded = spec_from_text(text, storage.location(layout.spec_key(experiment)), Path.cwd())
+    doc = read_trial(storage, experiment, trial)
+    return JobExpectations(loaded.spec.job.kind, dict(doc.job.replicas), loaded.spec.job.service_account)
+
+
+def _create_or_adopt(
+    api: JobApi,
+    namespace: str,
+    plural: str,
+    body: dict[str, Any],
+    experiment: str,
+    trial: str,
+    repetition: int,
+    workflow_uid: str | None,
+) -> dict[str, Any]:
+    name = body["metadata"]["name"]
+    try:
+        return api.create_job(namespace, plural, body)
+    except KubeApiError as exc:
+        if exc.status != 409:
+            raise
+    existing = api.get_job(namespace, plural, name)
+    problem = ownership_problem(existing, experiment, trial, repetition, workflow_uid)
+    if problem is not None:
+        raise ExecutionError(
+            f"{body['kind']} {name} already exists in namespace {namespace} and is not this run's job: "
+            f"{problem}; delete it or rerun the workflow under another name"
+        )
+    return existing
+
+
+def _wait(watched: _Watched, deadline: float, timeout_s: float) -> JobState:
+    """The terminal state, or a LaunchTimeout / JobDeleted state; never deletes anything."""
+    api, namespace, plural, name = watched.api, watched.namespace, watched.plural, watched.name
+    backoff = RETRY_MIN_S
+    error: KubeApiError | None = None
+    while True:
+        try:
+            job, version = api.list_job(namespace, plural, name)
+            if job is None:
+                return _deleted(watched)
+            state = watched.see(job)
+            if state.terminal:
+                return state
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return _timed_out(watched, state, timeout_s, error)
+            window = max(1, min(WATCH_WINDOW_S, math.ceil(remaining)))
+            opened, events = time.monotonic(), 0
+            with closing(api.watch_job(namespace, plural, name, version, window)) as stream:
+                for event in stream:
+                    events += 1
+                    kind, obj = event["type"], event["object"]
+                    if kind == "DELETED":
+                        return _deleted(watched)
+                    if kind in ("ADDED", "MODIFIED"):
+                        state = watched.see(obj)
+                        if state.terminal:
+                            return state
+            # The stream ended (its timeout): list again for a fresh resourceVersion. A stream that
+            # closed at once, with nothing in it, is not retried in a tight loop.
+            if events == 0 and time.monotonic() - opened < 1.0:
+                _pause(min(backoff, deadline - time.monotonic()))
+                backoff = min(2 * backoff, RETRY_MAX_S)
+        except KubeApiError as exc:
+            if not exc.transient:
+                raise
+            if exc.status != 410:  # an expired watch is routine; anything else waits a little
+                error = exc
+                _pause(min(backoff, deadline - time.monotonic()))
+                backoff = min(2 * backoff, RETRY_MAX_S)
+        if time.monotonic() >= deadline:
+            last = job_state(watched.job) if watched.job is not None else JobState(None, "", "")
+            return _timed_out(watched, last, timeout_s, error)
+
+
+def _pause(seconds: float) -> None:
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+def _timed_out(watched: _Watched, last: JobState, timeout_s: float, error: KubeApiError | None) -> JobState:
+    kind = (watched.job or {}).get("kind", "job")
+    message = f"{kind} {watched.namespace}/{watched.name} reached neither Succeeded nor Failed within {timeout_s:g}s"
+    if last.current:
+        message += f" (last condition: {last.current}: {last.message})"
+    if error is not None:
+        message += f"; last API error: {error}"
+    return JobState("Failed", LAUNCH_TIMEOUT, message + "; the job was left in place")
+
+
+def _deleted(watched: _Watched) -> JobState:
+    return JobState(
+        "Failed",
+        JOB_DELETED,
+        f"{watched.plural} {watched.namespace}/{watched.name} was deleted before it succeeded or failed",
+    )
+
+
+def _launch_doc(
+    watched: _Watched,
+    body: dict[str, Any],
+    created: dict[str, Any],
+    state: JobState,
+    experiment: str,
+    trial: str,
+    repetition: int,
+) -> LaunchDoc:
+    pods, kind = watched.pods, body["kind"]
+    succeeded = state.terminal == "Succeeded"
+    message, failure = state.message, None
+    if not succeeded:
+        culprit = None
+        if state.reason not in (LAUNCH_TIMEOUT, JOB_DELETED) and not state.limit_failure:
+            culprit = pods.failing_replica()
+        tail = ""
+        waiting = pods.not_started() if culprit is None else []
+        if waiting:  # a timeout, a deadline or a vanished job: say which replicas never ran, and why
+            message = f"{_sentence(message)} Not started: {'; '.join(waiting)}."
+        if culprit is not None:
+            pod = pods.seen[culprit]
+            summary = pods.container_summary(culprit)
+            message = (
+                f"{_sentence(message)} {culprit[0]}-{culprit[1]} ({pod['metadata']['name']}): {summary}."
+            )
+            tail = _log_tail(watched, pod, kind)
+        failure = FailureInfo(
+            replica=f"{culprit[0]}-{culprit[1]}" if culprit else None,
+            reason=state.reason,
+            message=message,
+            log_tail=tail,
+        )
+    created_at: datetime | None = parse_time(created.get("metadata", {}).get("creationTimestamp"))
+    return LaunchDoc(
+        experiment=experiment,
+        trial=trial,
+        repetition=repetition,
+        job_name=watched.name,
+        executor="kubernetes",
+        status="succeeded" if succeeded else "failed",
+        reason=state.reason,
+        message=message,
+        phases={
+            "created": created_at,
+            "scheduled": pods.scheduled(),
+            "running": pods.running(),
+            "finished": state.finished,
+        },
+        replicas=pods.replicas(),
+        failure=failure,
+    )
+
+
+def _sentence(text: str) -> str:
+    """`text` ending as a sentence, so more can follow it (operator messages do not all end in '.')."""
+    return text if not text or text.endswith((".", "!", "?")) else f"{text}."
+
+
+def _log_tail(watched: _Watched, pod: dict[str, Any], kind: str) -> str:
+    """The failing container's last lines; a note instead when the log cannot be read (pod deleted...)."""
+    container = main_container_status(pod, kind).get("name") or CONTAINER_NAME[kind]
+    try:
+        text = watched.api.read_log(watched.namespace, pod["metadata"]["name"], container, LOG_TAIL_LINES)
+    except Exception as exc:  # a log is a courtesy: never fail the step over it
+        log.warning("could not read the log of %s: %s", pod["metadata"]["name"], exc)
+        return f"(log unavailable: {exc})"
+    return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])

@@ -1,0 +1,423 @@
+"""Run a rendered TFJob/PyTorchJob manifest on this machine: one process per replica.
+
+Each replica runs its container's command and args in the current Python environment, with the
+container's env, the env the training operator would inject, and the operator's success, failure and
+deadline rules. Replicas still running when the job ends (a PS, or the rest of a failed job) are
+stopped, SIGTERM first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from kaliper.errors import ExecutionError
+from kaliper.execution.completion import Condition, job_condition
+from kaliper.execution.interrupt import INTERRUPTED
+from kaliper.execution.netns import PrivateNetwork, network_mode
+from kaliper.execution.operator_env import (
+    LOCAL_HOST,
+    free_ports,
+    injected_env,
+    operator_labels,
+)
+from kaliper.jobs import env as env_names
+from kaliper.jobs.kubeflow import CONTAINER_NAME, DEADLINE_EXCEEDED, Replica, pod_name, replicas_of
+from kaliper.jobs.manifest import replica_counts, replica_specs
+
+PYTHON_NAMES = ("python", "python3", "python3.11")
+_LABEL_PATH = re.compile(r"^metadata\.labels\['([^']+)'\]$")
+
+
+# Settings of this machine, not of a run: they reach the replicas and win over the manifest's values
+# (the spec's s3.endpoint or monitoring.pushgateway name what a cluster reaches, this machine may reach
+# them elsewhere). The run's own KALIPER_* come from the manifest only, so a stale KALIPER_EXPERIMENT
+# in the shell never leaks into a record.
+HOST_SETTINGS = (env_names.S3_ENDPOINT, env_names.STORAGE_RETRY_PREFIX, env_names.PUSHGATEWAY)
+
+
+@dataclass
+class ReplicaProcess:
+    replica_type: str
+    index: int
+    pod: str
+    stdout: Path
+    stderr: Path
+    process: subprocess.Popen[bytes] | None = None
+    started: datetime | None = None
+    finished: datetime | None = None
+    exit_code: int | None = None
+    reason: str = "Pending"
+
+    @property
+    def key(self) -> Replica:
+        return (self.replica_type, self.index)
+
+
+@dataclass
+class JobResult:
+    name: str
+    kind: str
+    condition: Condition
+    created: datetime
+    running: datetime | None
+    finished: datetime
+    replicas: list[ReplicaProcess] = field(default_factory=list)
+    network: str = "host"
+
+    @property
+    def succeeded(self) -> bool:
+        return self.condition.type == "Succeeded"
+
+
+@dataclass
+class _Job:
+    """One job being supervised: its manifest, replica layout, ports, deadline and network."""
+
+    manifest: dict[str, Any]
+    kind: str
+    name: str
+    namespace: str
+    specs: dict[str, dict[str, Any]]
+    counts: dict[str, int]
+    replicas: list[Replica]
+    ports: dict[Replica, int]
+    deadline_s: float | None
+    network: str
+    net: PrivateNetwork | None = None
+
+
+def clean_pod_policy(manifest: dict[str, Any]) -> str:
+    """runPolicy.cleanPodPolicy, "None" when absent (the training operator v1.9 default)."""
+    policy = manifest.get("spec", {}).get("runPolicy", {}).get("cleanPodPolicy")
+    return policy if isinstance(policy, str) and policy else "None"
+
+
+def _poll_exits(procs: list[ReplicaProcess]) -> None:
+    """Record the exit of every replica process that has ended since the last look."""
+    for proc in procs:
+        if proc.process is not None and proc.exit_code is None:
+            code = proc.process.poll()
+            if code is not None:
+                proc.exit_code = code
+                proc.finished = datetime.now(UTC)
+                proc.reason = "Completed" if code == 0 else "Error"
+
+
+def container_argv(container: dict[str, Any], python: str | None = None) -> list[str]:
+    """Kubernetes semantics (command replaces the entrypoint, args follow), mapped to an interpreter.
+
+    `kaliper` and `python` run with `python`: the trial's stack environment (kaliper.stacks), by default
+    the interpreter running Kaliper, so a local run measures the environment the user is in; so does the
+    `python` of a user's command under the wrapper (`kaliper exec ... -- python train.py`).
+    """
+    python = python or sys.executable
+    argv = [*container.get("command", []), *container.get("args", [])]
+    if not argv:
+        raise ExecutionError(
+            f"container {container.get('name')!r} has no command; the local executor needs one"
+        )
+    head = argv[0]
+    if head == "kaliper":
+        rest = argv[1:]
+        if rest[:1] == ["exec"] and "--" in rest:
+            at = rest.index("--") + 1
+            rest = [*rest[:at], *_with_python(rest[at:], python)]
+        return [python, "-m", "kaliper", *rest]
+    return _with_python(argv, python)
+
+
+def _with_python(argv: list[str], python: str) -> list[str]:
+    if argv and argv[0] in PYTHON_NAMES:
+        return [python, *argv[1:]]
+    return argv
+
+
+def stack_process_env(env: dict[str, str], python: str) -> dict[str, str]:
+    """The environment of a replica run by a stack's virtual environment: that environment active
+    (VIRTUAL_ENV, its bin first on PATH, so what the job starts by name is the stack's too), and nothing
+    of the caller's Python search path (PYTHONPATH, PYTHONHOME) that could mix packages in."""
+    venv = Path(python).parent.parent
+    out = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PYTHONHOME", "__PYVENV_LAUNCHER__")}
+    out["VIRTUAL_ENV"] = str(venv)
+    out["PATH"] = os.pathsep.join(filter(None, [str(venv / "bin"), env.get("PATH", "")]))
+    return out
+
+
+def _field_value(path: str, pod: str, namespace: str, labels: dict[str, str]) -> str:
+    match = _LABEL_PATH.match(path)
+    if match:
+        return labels.get(match.group(1), "")
+    values = {
+        "metadata.name": pod,
+        "metadata.namespace": namespace,
+        "spec.nodeName": socket.gethostname(),
+        "status.podIP": LOCAL_HOST,
+        "status.hostIP": LOCAL_HOST,
+    }
+    if path not in values:
+        raise ExecutionError(f"env fieldRef {path!r} is not available to the local executor")
+    return values[path]
+
+
+def container_env(
+    container: dict[str, Any], pod: str, namespace: str, labels: dict[str, str]
+) -> dict[str, str]:
+    """The container's declared env; secret and config-map references come from this environment."""
+    env: dict[str, str] = {}
+    for item in container.get("env", []):
+        name = item["name"]
+        if "value" in item:
+            env[name] = str(item["value"])
+            continue
+        source = item.get("valueFrom", {})
+        if "fieldRef" in source:
+            env[name] = _field_value(source["fieldRef"]["fieldPath"], pod, namespace, labels)
+        elif name in os.environ:
+            env[name] = os.environ[name]  # credentials: from the environment, never from the manifest
+        elif any(isinstance(ref, dict) and ref.get("optional") for ref in source.values()):
+            continue  # an optional secret or config-map key that is absent: Kubernetes leaves it unset
+        else:
+            raise ExecutionError(
+                f"env {name} of container {container.get('name')!r} comes from {sorted(source)} on a cluster; "
+                f"set {name} in the environment to run it locally"
+            )
+    return env
+
+
+def _pick_container(kind: str, rtype: str, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = pod_spec.get("containers", [])
+    if len(containers) != 1:
+        raise ExecutionError(
+            f"{rtype} pod has {len(containers)} containers; the local executor runs one container per replica"
+        )
+    container = containers[0]
+    if container.get("name") != CONTAINER_NAME[kind]:
+        # The operator keys its env injection on this name; say so instead of running differently.
+        print(
+            f"warning: {kind} container is named {container.get('name')!r}, not {CONTAINER_NAME[kind]!r}",
+            file=sys.stderr,
+        )
+    return container
+
+
+class LocalExecutor:
+    """Runs one job at a time; logs go to `logs_dir/<pod>.{stdout,stderr}.log`."""
+
+    def __init__(
+        self,
+        logs_dir: Path,
+        poll_interval: float = 0.05,
+        grace_period: float = 5.0,
+        on_start: Callable[[ReplicaProcess], None] | None = None,
+        should_stop: Callable[[], int | None] | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        python: str | None = None,
+    ) -> None:
+        self.logs_dir = logs_dir
+        # The interpreter of the job's stack (a virtual environment, kaliper.stacks); None: this one.
+        self.python = python
+        # Working directory of every replica (a command workload's `workdir`); None: this process's.
+        self.cwd = cwd
+        self.poll_interval = poll_interval
+        self.grace_period = grace_period
+        # Called with each replica right after its process started (the runner's resource sampler).
+        self.on_start = on_start
+        # Polled while the job runs: a signal number when `kaliper run` was asked to stop (local.interrupt).
+        self.should_stop = should_stop
+        # Settings of this run for every replica (the local spool), winning over the manifest's env.
+        self.extra_env = dict(extra_env or {})
+
+    def run(self, manifest: dict[str, Any]) -> JobResult:
+        specs = replica_specs(manifest)
+        for rtype, spec in specs.items():
+            if spec.get("restartPolicy", "Never") != "Never":
+                raise ExecutionError(f"{rtype}: the local executor runs restartPolicy Never only")
+        counts = replica_counts(manifest)
+        replicas = list(replicas_of(counts))
+        job = _Job(
+            manifest=manifest,
+            kind=manifest["kind"],
+            name=manifest["metadata"]["name"],
+            namespace=manifest["metadata"].get("namespace", "default"),
+            specs=specs,
+            counts=counts,
+            replicas=replicas,
+            ports=dict(zip(replicas, free_ports(len(replicas)), strict=True)),
+            deadline_s=manifest["spec"].get("runPolicy", {}).get("activeDeadlineSeconds"),
+            network=network_mode(len(replicas)),
+        )
+        if self.cwd is not None and not self.cwd.is_dir():
+            raise ExecutionError(f"working directory {self.cwd} does not exist")
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        with PrivateNetwork() if job.network == "isolated" else contextlib.nullcontext() as net:
+            job.net = net
+            return self._supervise(job)
+
+    def _supervise(self, job: _Job) -> JobResult:
+        kind, name = job.kind, job.name
+        created = datetime.now(UTC)
+        start = time.monotonic()
+        procs: list[ReplicaProcess] = []
+        condition: Condition | None = None
+        try:
+            for rtype, index in job.replicas:
+                pod = pod_name(name, rtype, index)
+                proc = ReplicaProcess(
+                    rtype,
+                    index,
+                    pod,
+                    self.logs_dir / f"{pod}.stdout.log",
+                    self.logs_dir / f"{pod}.stderr.log",
+                )
+                procs.append(proc)
+                self._start(proc, job)
+            running = datetime.now(UTC)
+            while condition is None:
+                _poll_exits(procs)
+                exits = {p.key: p.exit_code for p in procs}
+                policy = job.manifest["spec"].get("successPolicy", "")
+                condition = job_condition(kind, name, job.counts, exits, policy)
+                overdue = job.deadline_s is not None and time.monotonic() - start >= job.deadline_s
+                if condition is None and overdue:
+                    condition = Condition(
+                        "Failed",
+                        DEADLINE_EXCEEDED,
+                        f"{kind} {name} has failed because it was active longer than specified deadline "
+                        f"({job.deadline_s}s).",
+                    )
+                if condition is None:
+                    condition = self._stop_requested(kind, name)
+                if condition is None:
+                    time.sleep(self.poll_interval)
+            if condition.type == "Succeeded" and clean_pod_policy(job.manifest) == "None":
+                # The operator leaves a succeeded job's running pods alone under cleanPodPolicy None (the
+                # v1.9 default), so a replica finishing just after the primary (a DDP worker storing its
+                # record) must not be killed; the next run must not wait on a replica that never ends
+                # either: one grace period (within the deadline), then what is left is stopped below.
+                until = time.monotonic() + self.grace_period
+                if job.deadline_s is not None:
+                    until = min(until, start + job.deadline_s)
+                while (
+                    any(p.process is not None and p.exit_code is None for p in procs)
+                    and time.monotonic() < until
+                    and self._stop_requested(kind, name) is None
+                ):
+                    time.sleep(self.poll_interval)
+                    _poll_exits(procs)
+        finally:
+            stop_reason = (
+                condition.reason
+                if condition and condition.reason in (DEADLINE_EXCEEDED, INTERRUPTED)
+                else "Stopped"
+            )
+            self._stop_all(procs, stop_reason)
+        return JobResult(name, kind, condition, created, running, datetime.now(UTC), procs, job.network)
+
+    def _stop_requested(self, kind: str, name: str) -> Condition | None:
+        signum = self.should_stop() if self.should_stop is not None else None
+        if signum is None:
+            return None
+        return Condition(
+            "Failed",
+            INTERRUPTED,
+            f"{kind} {name} was stopped before it finished: kaliper run received {signal.Signals(signum).name}",
+        )
+
+    def _start(self, proc: ReplicaProcess, job: _Job) -> None:
+        kind, manifest, spec = job.kind, job.manifest, job.specs[proc.replica_type]
+        pod_spec = spec.get("template", {}).get("spec", {})
+        pod_labels = {
+            **spec.get("template", {}).get("metadata", {}).get("labels", {}),
+            **operator_labels(kind, manifest["metadata"]["name"], proc.replica_type, proc.index),
+        }
+        container = _pick_container(kind, proc.replica_type, pod_spec)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KALIPER_")}
+        env.update(container_env(container, proc.pod, job.namespace, pod_labels))
+        env.update(injected_env(manifest, job.counts, proc.key, container.get("name", ""), job.ports))
+        env.update({k: v for k, v in os.environ.items() if k.startswith(HOST_SETTINGS) and v})
+        env.update(self.extra_env)
+        if self.python is not None:
+            env = stack_process_env(env, self.python)
+        argv = container_argv(container, self.python)
+        executable = _resolve(argv[0], env.get("PATH"), self.cwd)
+        proc.started = datetime.now(UTC)
+        with open(proc.stdout, "wb") as out, open(proc.stderr, "wb") as err:
+            if executable is None:
+                err.write(f"local executor: executable {argv[0]!r} not found\n".encode())
+                proc.exit_code, proc.reason, proc.finished = 127, "StartError", datetime.now(UTC)
+                return
+            command = [executable, *argv[1:]]
+            proc.process = subprocess.Popen(  # argv list, never a shell
+                job.net.wrap(command) if job.net else command,
+                env=env,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.cwd,
+            )
+        proc.reason = "Running"
+        if self.on_start is not None:
+            self.on_start(proc)
+
+    def _stop_all(self, procs: list[ReplicaProcess], reason: str) -> None:
+        """SIGTERM every process group still alive, then SIGKILL what outlives the grace period."""
+        alive = [p for p in procs if p.process is not None and p.process.poll() is None]
+        for proc in alive:
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_period
+        for proc in alive:
+            assert proc.process is not None
+            try:
+                proc.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.process.wait()
+            proc.exit_code = proc.process.returncode
+            proc.finished = datetime.now(UTC)
+            proc.reason = reason
+        for proc in procs:
+            if proc.process is not None and proc.exit_code is None:
+                proc.exit_code = proc.process.wait()
+                proc.finished = datetime.now(UTC)
+                proc.reason = "Completed" if proc.exit_code == 0 else "Error"
+
+
+def _resolve(command: str, path: str | None, cwd: Path | None) -> str | None:
+    """The executable a container command names: absolute, relative to the working directory
+    (`./train.sh`), or looked up on PATH."""
+    if os.path.isabs(command):
+        return command
+    if os.sep in command:
+        candidate = (cwd or Path.cwd()) / command
+        return str(candidate) if os.access(candidate, os.X_OK) else None
+    return shutil.which(command, path=path)
+
+
+def _signal_group(proc: ReplicaProcess, sig: signal.Signals) -> None:
+    """`sig` to the replica's process group; SIGKILL also to every descendant, which may have a group
+    (or session) of its own: a user's command under `kaliper exec` runs in its own group."""
+    assert proc.process is not None
+    if sig == signal.SIGKILL:
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(proc.process.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.process.pid, sig)

@@ -1,0 +1,450 @@
+"""Every trial × repetition of a configured experiment, run as local jobs; what each run leaves in storage.
+
+Per run: the replicas' logs, launch.json (phases, replicas, failure), stand-in records for replicas of a
+failed run that stored none (kaliper.results.protocol, as the cluster's launch step does), and, without
+Prometheus, the resources block from this executor's own sampling, and environment.json: what the run
+saw of its neighbours and its verdict, `quiet` or `contended` (kaliper.execution.environment). With
+`sampling.interference.retry_contended: N` a contended run is run again, up to N more times: each
+attempt stores into a staging folder first, the last one becomes the run (`runs/<repetition>/`) and the
+earlier ones are kept under `runs/<repetition>/attempts/<n>/`, so nothing is ever rewritten and the
+reporter sees one run per repetition. Runs are interleaved by repetition, and stack by stack within one
+matrix point (kaliper.execution.order), so slow drift of a shared machine does not read as a difference.
+Each trial's replicas run with its stack's interpreter (`RunSettings.pythons`, kaliper.stacks).
+Configuring before and reporting after is the `run` command's (kaliper.cli.run).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from kaliper.configurator import ExperimentPlan, TrialPlan
+from kaliper.errors import InputError
+from kaliper.exec.command import framework_version
+from kaliper.execution import AfterRun
+from kaliper.execution.calibration import CalibrationStore
+from kaliper.execution.environment import RunMonitor, interference_of
+from kaliper.execution.fromlogs import LogText, local_provenance, records_from_logs, sampling_rule
+from kaliper.execution.local_job import JobResult, LocalExecutor, ReplicaProcess
+from kaliper.execution.order import run_order
+from kaliper.jobs import env as env_names
+from kaliper.jobs.kubeflow import primary_replica, replica_id, replica_name
+from kaliper.jobs.manifest import for_repetition
+from kaliper.metrics.lines import file_lines
+from kaliper.monitoring.gpu_window import FIGURES as GPU_FIGURE_DEFS
+from kaliper.monitoring.gpu_window import GpuWindow
+from kaliper.monitoring.nvml import GpuSampler
+from kaliper.monitoring.sampler import LocalSampler
+from kaliper.results.documents import FailureInfo, LaunchDoc, ReplicaLaunch, to_document
+from kaliper.results.environment import store_environment
+from kaliper.results.protocol import record_key, store_stand_ins
+from kaliper.results.record import load_record
+from kaliper.results.resources import store_resources
+from kaliper.results.services import prometheus_url, pushgateway_url
+from kaliper.spec.interference import InterferenceSpec
+from kaliper.storage import Storage, layout, open_storage
+
+GPU_FIGURES = tuple(name for name, _, _ in GPU_FIGURE_DEFS)
+LOG_TAIL_LINES = 30
+LOG_LIMIT_ENV = "KALIPER_LOG_LIMIT"
+DEFAULT_LOG_LIMIT = 64 << 20
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    trial: str
+    repetition: int
+    succeeded: bool
+    reason: str
+    message: str
+    verdict: str = "unknown"  # the interference verdict: quiet, contended, unknown (not measured)
+    attempt: int = 0  # 0, or n for the n-th re-run of a contended repetition
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def contended(self) -> bool:
+        return self.verdict == "contended"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How runs are supervised: `should_stop` is polled (local.interrupt), `env` goes to every replica."""
+
+    should_stop: Callable[[], int | None] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path | None = None  # working directory of the replicas (a command workload's workdir)
+    # This machine's probe history (kaliper.execution.calibration); None: the default store.
+    calibration: CalibrationStore | None = None
+    # Called with each replica right after it started, after the runner's own followers.
+    on_start: Callable[[ReplicaProcess], None] | None = None
+    # Stack name → the interpreter of its environment (kaliper.stacks); a stack not here runs with Kaliper's.
+    pythons: Mapping[str, str] = field(default_factory=dict)
+    # What the caller does after each run of a trial (`kaliper run`: the reporter's samples file, which
+    # this layer does not know; kaliper.cli.pipeline wires it in).
+    after_run: AfterRun | None = None
+
+
+def run_all(
+    storage: Storage,
+    plan: ExperimentPlan,
+    console: Console | None = None,
+    settings: RunSettings | None = None,
+) -> list[RunOutcome]:
+    """Run every repetition of every trial, interleaved, with a progress bar; the outcomes in run order.
+
+    When `settings.should_stop` answers a signal, the running job is stopped and recorded as failed and
+    no further run starts: the runs not started are missing from the report.
+    """
+    console = console or Console(stderr=True)
+    settings = settings or RunSettings()
+    outcomes: list[RunOutcome] = []
+    runs = run_order(plan.trials, plan.experiment.repetitions)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(f"{plan.experiment.id}", total=len(runs))
+        for rep, trial in runs:
+            if settings.should_stop is not None and settings.should_stop() is not None:
+                progress.console.print(
+                    f"[red]interrupted[/red]: {len(runs) - len(outcomes)} runs not started"
+                )
+                break
+            point = ", ".join(f"{k}={v}" for k, v in trial.doc.matrix_point.items()) or trial.doc.stack.name
+            progress.update(task, description=f"{trial.doc.id} ({point}) rep {rep}")
+            outcome = run_repetition(storage, plan, trial, rep, settings, progress.console)
+            if settings.after_run is not None:
+                settings.after_run(
+                    storage, plan.experiment.id, trial.doc.id
+                )  # the samples file, after its last
+            outcomes.append(outcome)
+            if not outcome.succeeded:
+                progress.console.print(f"[red]failed[/red] {trial.doc.id} rep {rep}: {outcome.message}")
+            elif outcome.contended:
+                why = "; ".join(outcome.reasons)
+                progress.console.print(f"[yellow]contended[/yellow] {trial.doc.id} rep {rep}: {why}")
+            progress.advance(task)
+        progress.update(task, description=f"{plan.experiment.id}: {len(outcomes)} of {len(runs)} runs done")
+    return outcomes
+
+
+def run_repetition(
+    storage: Storage,
+    plan: ExperimentPlan,
+    trial: TrialPlan,
+    repetition: int,
+    settings: RunSettings | None = None,
+    console: Console | None = None,
+) -> RunOutcome:
+    """One repetition, run again while it is contended and `retry_contended` allows (see the module doc)."""
+    settings = settings or RunSettings()
+    spec = interference_of(plan.experiment.sampling)
+    retries = spec.retry_contended if spec.enabled else 0
+    if retries == 0:
+        return run_one(storage, plan, trial, repetition, settings)
+    experiment, trial_id = plan.experiment.id, trial.doc.id
+    prefix = layout.run_prefix(experiment, trial_id, repetition) + "/"
+    attempt = 0
+    while True:
+        with tempfile.TemporaryDirectory(prefix="kaliper-attempt-") as tmp:
+            staging = open_storage(f"file://{tmp}")
+            env = {  # the replicas store there too, and read (a trace) from the experiment's storage
+                **settings.env,
+                env_names.STORAGE: staging.url,
+                env_names.READ_STORAGE: settings.env.get(env_names.STORAGE, storage.url),
+            }
+            outcome = run_one(staging, plan, trial, repetition, replace(settings, env=env), attempt)
+            stopped = settings.should_stop is not None and settings.should_stop() is not None
+            last = attempt >= retries or not outcome.contended or stopped
+            target = (
+                prefix if last else layout.attempt_prefix(experiment, trial_id, repetition, attempt) + "/"
+            )
+            for key in staging.list(prefix):
+                storage.put(target + key[len(prefix) :], staging.get(key))
+        if last:
+            return outcome
+        if console is not None:
+            console.print(
+                f"[yellow]contended[/yellow] {trial_id} rep {repetition} (attempt {attempt}): "
+                f"{'; '.join(outcome.reasons)}; running it again"
+            )
+        attempt += 1
+
+
+def run_one(
+    storage: Storage,
+    plan: ExperimentPlan,
+    trial: TrialPlan,
+    repetition: int,
+    settings: RunSettings | None = None,
+    attempt: int = 0,
+) -> RunOutcome:
+    """Execute one repetition of one trial and store its logs, launch.json, any failure records, and
+    (unless `sampling.interference.enabled` is false) its environment.json."""
+    settings = settings or RunSettings()
+    experiment = plan.experiment.id
+    manifest = for_repetition(trial.manifest, repetition)
+    spec = interference_of(plan.experiment.sampling)
+    monitor = _monitor(spec, settings)  # the probe before the run: outside the sampler's window
+    gpu = GpuSampler(env={**os.environ, **settings.env}).start()
+    sampler = _sampler(plan, trial, repetition, gpu)
+    with tempfile.TemporaryDirectory(prefix="kaliper-logs-") as tmp:
+
+        def follow(proc: ReplicaProcess) -> None:
+            if proc.process is not None:
+                sampler.add(proc.process.pid, _replica(proc))
+                gpu.follow(proc.process.pid)
+                if monitor is not None:
+                    monitor.follow(proc.process.pid)
+            if settings.on_start is not None:
+                settings.on_start(proc)
+
+        try:
+            executor = LocalExecutor(
+                Path(tmp),
+                on_start=follow,
+                should_stop=settings.should_stop,
+                extra_env=settings.env,
+                cwd=settings.cwd,
+                python=settings.pythons.get(trial.doc.stack.name),
+            )
+            result = executor.run(manifest)
+        finally:
+            block = sampler.stop()
+            gpu_window = gpu.stop()
+            if monitor is not None:
+                monitor.close()
+        limit = log_limit()
+        tails = {}
+        for proc in result.replicas:
+            replica = _replica(proc)
+            for stream, path in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+                data = bounded_log(path, limit)
+                storage.put(layout.log_key(experiment, trial.doc.id, repetition, replica, stream), data)
+            tails[proc.key] = _tail(proc.stderr)
+        launch = _launch_doc(plan, trial, repetition, result, tails)
+        logs = {p.key: p for p in result.replicas}
+        store_log_records(storage, plan, trial, launch, lambda t, i: _log_lines(logs.get((t, i))))
+    store_stand_ins(storage, launch, trial.doc, plan.experiment.workload, plan.experiment.storage, "executor")
+    if prometheus_url(plan.experiment) is None:
+        # With Prometheus, the reporter asks it for the run's window; without, this sampling is all there
+        # is: over the measurement's window when the primary replica stored its record, else the job's.
+        window = _measurement_window(storage, plan, trial, repetition)
+        if window is not None:
+            block = sampler.summary(*window)
+        block = with_gpu(block, gpu_window, window)
+        store_resources(storage, experiment, trial.doc.id, repetition, block)
+    verdict: str = "unknown"
+    reasons: tuple[str, ...] = ()
+    if monitor is not None:
+        environment = monitor.document(
+            experiment, trial.doc.id, repetition, attempt, gpu=gpu_window.signals()
+        )
+        store_environment(storage, environment)
+        verdict, reasons = environment.verdict, tuple(environment.reasons)
+    storage.put_json(layout.launch_key(experiment, trial.doc.id, repetition), to_document(launch))
+    return RunOutcome(
+        trial.doc.id,
+        repetition,
+        result.succeeded,
+        result.condition.reason,
+        result.condition.message,
+        verdict,
+        attempt,
+        reasons,
+    )
+
+
+def _monitor(spec: InterferenceSpec, settings: RunSettings) -> RunMonitor | None:
+    if not spec.enabled:
+        return None
+    return RunMonitor.open(spec, settings.calibration or CalibrationStore())
+
+
+def log_limit() -> int:
+    """Bytes of one replica stream's log that are stored (KALIPER_LOG_LIMIT, default 64 MiB)."""
+    raw = os.environ.get(LOG_LIMIT_ENV, "").strip()
+    try:
+        return max(1024, int(raw)) if raw else DEFAULT_LOG_LIMIT
+    except ValueError:  # the job has run by now: store its logs rather than fail
+        print(f"warning: ignoring {LOG_LIMIT_ENV}={raw!r} (not a number of bytes)", file=sys.stderr)
+        return DEFAULT_LOG_LIMIT
+
+
+def bounded_log(path: Path, limit: int) -> bytes:
+    """The log file's bytes when it holds at most `limit`, else its head and tail (half each) around one
+    marker line saying how many bytes were left out; never more than `limit` bytes read."""
+    if not path.exists():
+        return b""
+    size = path.stat().st_size
+    with open(path, "rb") as file:
+        if size <= limit:
+            return file.read(limit)
+        half = limit // 2
+        head = file.read(half)
+        file.seek(size - half)
+        tail = file.read(half)
+    left_out = size - len(head) - len(tail)
+    marker = f"\n[kaliper: {left_out} bytes of this log left out ({size} in all)]\n"
+    return head + marker.encode() + tail
+
+
+def store_log_records(
+    storage: Storage,
+    plan: ExperimentPlan,
+    trial: TrialPlan,
+    launch: LaunchDoc,
+    log_text: LogText,
+) -> None:
+    """Records from the logs of replicas that stored none (a command run without the wrapper)."""
+    workload = plan.experiment.workload
+    if not workload.get("rules") or launch.status != "succeeded":
+        return
+
+    def has_record(rtype: str, index: int) -> bool:
+        return storage.exists(
+            layout.record_key(launch.experiment, trial.doc.id, launch.repetition, rtype, index)
+        )
+
+    records = records_from_logs(
+        launch,
+        trial.doc,
+        workload,
+        sampling_rule(plan.experiment.sampling),
+        plan.experiment.storage,
+        has_record,
+        log_text,
+        local_provenance(trial.doc.stack.image),
+        "executor",
+        framework_version(workload.get("framework")),
+    )
+    for record in records:
+        storage.put(record_key(record), record.to_json_bytes())
+
+
+def _log_lines(proc: ReplicaProcess | None) -> Iterator[tuple[str, str]]:
+    """A replica's whole output, stdout then stderr (each with its own line numbers), in bounded memory."""
+    return file_lines([("stdout", proc.stdout), ("stderr", proc.stderr)] if proc is not None else [])
+
+
+def _measurement_window(
+    storage: Storage, plan: ExperimentPlan, trial: TrialPlan, repetition: int
+) -> tuple[datetime, datetime] | None:
+    rtype, index = primary_replica(trial.doc.job.kind, trial.doc.job.replicas)
+    key = layout.record_key(plan.experiment.id, trial.doc.id, repetition, rtype, index)
+    if not storage.exists(key):
+        return None
+    try:
+        record = load_record(storage.get(key), storage.location(key))
+    except InputError:
+        return None  # the reporter says what is wrong with it
+    if record.recorded_by != "workload":
+        return None
+    return record.timestamps.started, record.timestamps.finished
+
+
+def _replica(proc: ReplicaProcess) -> str:
+    return replica_name(proc.replica_type, proc.index)
+
+
+def _sampler(plan: ExperimentPlan, trial: TrialPlan, repetition: int, gpu: GpuSampler) -> LocalSampler:
+    """Samples the run's processes; also their process exporter (and the GPUs' live series) when a
+    Pushgateway is configured."""
+    gateway = pushgateway_url(plan.experiment)
+    key = {"experiment": plan.experiment.id, "trial": trial.doc.id, "repetition": str(repetition)}
+    return LocalSampler(pushgateway=gateway, grouping_key=key, gpu=gpu).start()
+
+
+def with_gpu(
+    block: dict[str, Any], gpu: GpuWindow, window: tuple[datetime, datetime] | None
+) -> dict[str, Any]:
+    """The local resources block with the GPUs' figures over the same window, and the `gpu` block (its
+    clocks, power, energy, clock-event reasons), or the line saying why there are none."""
+    start, end = (window[0].timestamp(), window[1].timestamp()) if window is not None else (None, None)
+    figures = gpu.figures(start, end)
+    gpu_block = gpu.block(start, end)
+    missing = dict(block.get("missing", {}))
+    for name in GPU_FIGURES:
+        if name in figures:
+            missing.pop(name, None)
+        else:
+            missing[name] = gpu_block.get("reason") or missing.get(name) or "no GPU reading in the window"
+    merged = {
+        **block,
+        "figures": {**block.get("figures", {}), **figures},
+        "missing": missing,
+        "gpu": gpu_block,
+    }
+    if figures and not block.get("available"):
+        merged["available"] = True
+        merged.pop("reason", None)
+    return merged
+
+
+def _tail(path: Path, max_bytes: int = 64 << 10) -> str:
+    """The last LOG_TAIL_LINES lines of a log, read from its last `max_bytes` only (logs may be GBs)."""
+    if not path.exists():
+        return ""
+    with open(path, "rb") as file:
+        file.seek(max(0, path.stat().st_size - max_bytes))
+        lines = file.read().decode(errors="replace").splitlines()
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _launch_doc(
+    plan: ExperimentPlan,
+    trial: TrialPlan,
+    repetition: int,
+    result: JobResult,
+    tails: dict[tuple[str, int], str],
+) -> LaunchDoc:
+    condition = result.condition
+    failure = None
+    if not result.succeeded:
+        culprit = next(
+            (p for p in result.replicas if replica_id(p.replica_type, p.index) == condition.replica), None
+        )
+        failure = FailureInfo(
+            replica=condition.replica,
+            reason=condition.reason,
+            message=condition.message,
+            log_tail=tails.get(culprit.key, "") if culprit else "",
+        )
+    return LaunchDoc(
+        experiment=plan.experiment.id,
+        trial=trial.doc.id,
+        repetition=repetition,
+        job_name=result.name,
+        executor="local",
+        status="succeeded" if result.succeeded else "failed",
+        reason=condition.reason,
+        message=condition.message,
+        phases={
+            "created": result.created,
+            "scheduled": result.running,
+            "running": result.running,
+            "finished": result.finished,
+        },
+        replicas=[
+            ReplicaLaunch(
+                replica_type=p.replica_type,
+                index=p.index,
+                pod=p.pod,
+                node="localhost",
+                exit_code=p.exit_code,
+                reason=p.reason,
+                started=p.started,
+                finished=p.finished,
+            )
+            for p in result.replicas
+        ],
+        failure=failure,
+        network=result.network,
+    )

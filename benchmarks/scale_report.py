@@ -6,7 +6,7 @@ baseline is A). Each figure is one `write_report` in a fresh interpreter (wall t
 of its worker processes), in one of two modes:
 
 - old: the reporter as before samples files: every launch.json and record read and validated (the
-  samples files are neither read nor written: kaliper.results.compact's `open_samples` is replaced);
+  samples files are neither read nor written: kaliper.results.samples's `open_samples` is replaced);
 - new: this Kaliper: the first report reads the documents and writes one samples file per trial; a
   rerun reads those;
 - head (with `--head-src DIR`): another Kaliper's reporter (e.g. `git archive HEAD src | tar -x -C /tmp/k`,
@@ -53,7 +53,7 @@ mode, url, exp = sys.argv[1:4]
 t0 = time.perf_counter()
 import kaliper.reporter as reporter
 from kaliper.reporter import aggregate
-from kaliper.results import compact
+from kaliper.results import samples as compact
 from kaliper.storage import layout, open_storage
 if mode == "old":
     class DocumentsOnly(compact.TrialSamples):
@@ -64,7 +64,9 @@ if mode == "old":
     aggregate.open_samples = documents_only
 storage = open_storage(url)
 t1 = time.perf_counter()
-reporter.write_report(storage, exp)
+from kaliper.cli.process import report_building  # the settings `kaliper report` sets
+with report_building():
+    reporter.write_report(storage, exp)
 t2 = time.perf_counter()
 with open("/proc/self/status") as status:
     hwm = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))

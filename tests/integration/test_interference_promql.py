@@ -335,7 +335,7 @@ def test_second_report_reads_the_stored_documents_back_unchanged(
     write_report(open_storage(f"file://{root}"), experiment)  # raises if a report byte changed
     after = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     # Nothing stored changed. A trial's derived samples file may be added beside the first report's (it
-    # now covers the environment documents that report stored: kaliper.results.compact), never replaced.
+    # now covers the environment documents that report stored: kaliper.results.samples), never replaced.
     assert {p: data for p, data in after.items() if p not in before} == {
         p: data for p, data in after.items() if p not in before and p.parent.name == "samples"
     }

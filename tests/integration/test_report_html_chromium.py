@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from conftest import skip_or_fail
-from kaliper.cli.pipeline import run_spec
+from kaliper.cli.process import reporting
+from kaliper.execution.pipeline import run_spec
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import Side, compare_results
 from kaliper.reporter.formatting import format_number as num
@@ -112,7 +113,7 @@ def _run(tmp: Path, spec_text: str, template: str | None = None) -> Report:
         mp.setenv("KALIPER_PROMETHEUS", "")
         mp.setenv("KALIPER_PUSHGATEWAY", "")
         url = f"file://{tmp / 'store'}"
-        outcome = run_spec(load_spec(spec), url)
+        outcome = run_spec(load_spec(spec), reporting(), url)
         return build_report(open_storage(url), outcome.experiment_id)
 
 

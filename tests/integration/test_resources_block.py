@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kaliper.cli.pipeline import run_spec
+from kaliper.cli.process import reporting
 from kaliper.errors import SchemaVersionError
+from kaliper.execution.pipeline import run_spec
 from kaliper.monitoring.sampler import LocalSampler
 from kaliper.reporter import write_report
 from kaliper.reporter.aggregate import load_experiment
@@ -42,7 +43,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, s
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("KALIPER_PROMETHEUS", raising=False)
         mp.delenv("KALIPER_PUSHGATEWAY", raising=False)
-        result = run_spec(load_spec(spec), f"file://{base / 'store'}")
+        result = run_spec(load_spec(spec), reporting(), f"file://{base / 'store'}")
     assert not result.failed
     yield base / "store", result.experiment_id
 
@@ -57,7 +58,7 @@ def copy(finished: tuple[Path, str], tmp_path: Path) -> tuple[Path, str]:
 
 
 def stored_documents(root: Path) -> dict[Path, bytes]:
-    """Every stored file but the derived samples files (kaliper.results.compact)."""
+    """Every stored file but the derived samples files (kaliper.results.samples)."""
     return {
         p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.parent.name != layout.SAMPLES_FOLDER
     }

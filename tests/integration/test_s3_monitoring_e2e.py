@@ -144,7 +144,7 @@ def test_run_on_s3_with_monitoring_stores_everything_and_reports_prometheus_reso
     again = kaliper("report", experiment, "--storage", url, env={**env, "KALIPER_PROMETHEUS": ""})
     assert again.returncode == 0, again.stdout + again.stderr
     # Nothing stored again; a trial's derived samples file may be added (it now covers the resources.json
-    # the first report stored: kaliper.results.compact), never replaced.
+    # the first report stored: kaliper.results.samples), never replaced.
     later = s3_server.keys("e2e/")
     assert set(keys) <= set(later)
     assert all("/samples/" in key for key in set(later) - set(keys))

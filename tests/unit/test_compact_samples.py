@@ -1,4 +1,4 @@
-"""Trial samples files (kaliper.results.compact): a report from them is the report from the documents,
+"""Trial samples files (kaliper.results.samples): a report from them is the report from the documents,
 and a file never stands in for documents it was not derived from."""
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from kaliper.reporter.aggregate import ExperimentResult, load_experiment
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.summary import summary_document
 from kaliper.reporter.trial_samples import write_trial_samples
-from kaliper.results.compact import (
+from kaliper.results.documents import ResourcesDoc, to_document
+from kaliper.results.environment import EnvironmentDoc
+from kaliper.results.samples import (
     SAMPLES_SCHEMA,
     SamplesCodec,
     TrialSamples,
     load_samples,
     verify_samples,
 )
-from kaliper.results.documents import ResourcesDoc, to_document
-from kaliper.results.environment import EnvironmentDoc
 from kaliper.spec.services import ReportSpec
 from kaliper.storage import Storage, layout, open_storage
 from synthetic import stored_sweep

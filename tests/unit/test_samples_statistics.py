@@ -1,4 +1,4 @@
-"""Statistics cached in samples files (kaliper.samples/v2, kaliper.results.stats_cache): a rerun does not
+"""Statistics cached in samples files (kaliper.samples/v2, kaliper.results.samples): a rerun does not
 compute them again, a file whose documents changed does, and a v1 file is read and replaced by a v2 one."""
 
 from __future__ import annotations
@@ -17,8 +17,15 @@ from kaliper.reporter import REPORT_FILES, write_report
 from kaliper.reporter.aggregate import ExperimentResult, load_experiment
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.summary import summary_document
-from kaliper.results.compact import SAMPLES_SCHEMA, SamplesCodec, TrialSamples
-from kaliper.results.stats_cache import decode_run, decode_trial, encode_run, encode_trial
+from kaliper.results.samples import (
+    SAMPLES_SCHEMA,
+    SamplesCodec,
+    TrialSamples,
+    decode_run,
+    decode_trial,
+    encode_run,
+    encode_trial,
+)
 from kaliper.spec.services import ReportSpec
 from kaliper.storage import Storage, layout
 from synthetic import stored_sweep

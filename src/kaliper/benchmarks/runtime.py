@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kaliper._version import __version__
 from kaliper.analysis.statistics import median_ci, relative_ci_width
 from kaliper.benchmarks.catalog import get_workload
 from kaliper.benchmarks.measurement import Measurement, MetricDef
@@ -32,7 +33,6 @@ from kaliper.results.record import (
     Timestamps,
     WorkloadInfo,
 )
-from kaliper._version import __version__
 
 
 def summarise(values: list[float], confidence: float) -> MetricSummary:

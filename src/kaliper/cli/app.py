@@ -18,9 +18,9 @@ from typing import Annotated
 
 import typer
 
+from kaliper._version import __version__
 from kaliper.cli import cluster, compare, dashboards, history, run, stacks, steps, trace, workloads
 from kaliper.errors import KaliperError
-from kaliper._version import __version__
 
 GROUPS = (run, workloads, compare, history, cluster, stacks, steps, dashboards, trace)
 

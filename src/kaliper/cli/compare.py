@@ -45,6 +45,7 @@ def compare_command(
     Exit codes: 0 no significant slowdown, 3 at least one comparison `slower`, 2 not comparable or bad
     input.
     """
+    from kaliper.cli.process import report_building
     from kaliper.reporter.compare import (
         HEADERS,
         compare_document,
@@ -57,9 +58,10 @@ def compare_command(
 
     store_a = open_storage(storage)
     store_b = open_storage(storage_b) if storage_b else store_a
-    result = compare_experiments(
-        store_a, a, store_b, b, threshold=threshold, alpha=alpha, include_contended=include_contended
-    )
+    with report_building():
+        result = compare_experiments(
+            store_a, a, store_b, b, threshold=threshold, alpha=alpha, include_contended=include_contended
+        )
     table = Table(title=f"Kaliper compare: {result.b} (B) vs {result.a} (A); ratio > 1: B better")
     for header in HEADERS:
         table.add_column(header)

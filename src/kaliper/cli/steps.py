@@ -230,9 +230,11 @@ def step_report(
     templates_json: Templates = None,
 ) -> None:
     """Write the experiment's report (the workflow's exit handler)."""
+    from kaliper.cli.process import report_building
     from kaliper.steps.report import report_step
 
-    paths = report_step(spec_text, storage, workflow_name, workflow_created, templates_json)
+    with report_building():
+        paths = report_step(spec_text, storage, workflow_name, workflow_created, templates_json)
     print(f"report: {paths.markdown}")
     print(f"summary: {paths.summary}")
 

@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from kaliper._version import __version__
 from kaliper.benchmarks import get_workload
 from kaliper.configurator.command import render_command
 from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
@@ -29,7 +30,6 @@ from kaliper.results.documents import ExperimentDoc, JobRef, StackRef, TrialDoc,
 from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
 from kaliper.storage import Storage, layout
 from kaliper.storage.base import dump_json
-from kaliper._version import __version__
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from kaliper.configurator.worker_process import (
     which,
 )
 from kaliper.errors import InputError, TemplateError
+from kaliper.results.provenance import usable_cores
 
 LIBRARY_DIR = Path(__file__).resolve().parent / "templates"
 BUILTIN_TEMPLATES = {
@@ -103,11 +104,7 @@ def reference_path(environ: Mapping[str, str] | None = None) -> bool:
 
 def worker_count() -> int:
     """Workers for a long sweep: one per core this process may use, at most MAX_WORKERS."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(MAX_WORKERS, cores))
+    return max(1, min(MAX_WORKERS, usable_cores() or 1))
 
 
 def pool_arguments(chunk: Sequence[dict[str, Any]], share: bool = True) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from types import FrameType
 from typing import Any, Final
 
 from kaliper.jobs import env
-from kaliper.jobs.kubeflow import replica_name
+from kaliper.jobs.kubeflow import canonical_replica_type, primary_replica, replica_name
 from kaliper.metrics.extraction import Extraction, Extractor
 from kaliper.metrics.lines import LineSplitter, text_lines
 from kaliper.metrics.rules import METRICS_FILE_ENV, WALL_TIME, ExtractionRules
@@ -67,22 +67,31 @@ def framework_version(framework: str | None) -> str | None:
 
 
 def is_primary(identity: RunIdentity, primary_type: str | None, environ: dict[str, str]) -> bool:
-    """Whether this replica's record is the run's result: replica 0 of `primary_type` when given, else
-    Chief-0 or Master-0, else Worker-0 of a job without either (told by the operator's env: a PyTorchJob
-    worker with a Master has RANK >= 1, a TFJob's TF_CONFIG lists its chief/master)."""
+    """Whether this replica's record is the run's result: replica 0 of `primary_type` when given, else the
+    job's primary replica (kaliper.jobs.kubeflow.primary_replica, the one rule) of the job this replica
+    can see from the operator's environment: a TFJob's TF_CONFIG lists its replica types; a PyTorchJob
+    worker with a Master has RANK >= 1."""
     rtype, index = identity.replica_type, identity.replica_index
-    if index != 0:
-        return False
     if primary_type:
-        return rtype.lower() == primary_type.lower()
-    if rtype in ("Chief", "Master"):
-        cluster = _tf_cluster(environ)
-        return not (rtype == "Master" and "chief" in cluster)
-    if rtype != "Worker":
-        return False
+        return index == 0 and rtype.lower() == primary_type.lower()
+    kind, counts = _visible_job(rtype, environ)
+    return (canonical_replica_type(rtype), index) == primary_replica(kind, counts)
+
+
+def _visible_job(rtype: str, environ: dict[str, str]) -> tuple[str, dict[str, int]]:
+    """The job's kind and replica types as far as this replica's environment tells them."""
+    cluster = _tf_cluster(environ)
+    own = canonical_replica_type(rtype)
+    if cluster or own in ("Chief", "PS", "Evaluator"):
+        counts = {
+            canonical_replica_type(name): len(hosts) if isinstance(hosts, list) else 1
+            for name, hosts in cluster.items()
+        }
+        return "TFJob", {**counts, own: max(1, counts.get(own, 0))}
+    counts = {own: 1}
     if environ.get("RANK", "0") not in ("", "0"):
-        return False
-    return not ({"chief", "master"} & set(_tf_cluster(environ)))
+        counts["Master"] = 1  # a PyTorchJob's rank 0 is its Master when it has one
+    return "PyTorchJob", counts
 
 
 def _tf_cluster(environ: dict[str, str]) -> dict[str, Any]:

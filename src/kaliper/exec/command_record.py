@@ -17,6 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from kaliper._version import __version__
 from kaliper.analysis.statistics import relative_ci_width
 from kaliper.benchmarks.runtime import summarise
 from kaliper.metrics.extraction import TIME_TO_TRAIN, Extraction, MetricSamples
@@ -32,7 +33,6 @@ from kaliper.results.record import (
     Timestamps,
     WorkloadInfo,
 )
-from kaliper._version import __version__
 
 WALL_TIME_FORMULA = "wall-clock seconds of the primary replica's command, start to exit (time to solution)"
 

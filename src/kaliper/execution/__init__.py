@@ -10,6 +10,6 @@ from collections.abc import Callable
 from kaliper.storage import Storage
 
 # What the caller does after each run of a trial is stored (storage, experiment id, trial id): the
-# reporter's samples file, wired in by the entry points (kaliper.cli.pipeline, kaliper.cli.steps), so that
+# reporter's samples file, wired in by the entry points (kaliper.execution.pipeline, kaliper.cli.steps), so that
 # this layer never imports the reporter above it.
 AfterRun = Callable[[Storage, str, str], object]

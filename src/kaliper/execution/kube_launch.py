@@ -30,13 +30,12 @@ from kaliper.execution import AfterRun
 from kaliper.execution.jobobject import ownership_problem, plural_of, prepare_job, resolve_namespace
 from kaliper.execution.jobstate import JobState, PodView, job_state, main_container_status, parse_time
 from kaliper.execution.kubeapi import JobApi, KubeApiError
-from kaliper.execution.logrecords import LogReader, store_log_records
+from kaliper.execution.logrecords import LogReader, cluster_provenance
+from kaliper.execution.recorder import LOG_TAIL_LINES, RunRecorder
 from kaliper.jobs.kubeflow import CONTAINER_NAME
-from kaliper.results.documents import LAUNCH_SCHEMA, FailureInfo, LaunchDoc, load_versioned, to_document
-from kaliper.results.protocol import store_stand_ins
+from kaliper.results.documents import LAUNCH_SCHEMA, FailureInfo, LaunchDoc, load_versioned
 from kaliper.storage import Storage, layout
 
-LOG_TAIL_LINES: Final = 50
 WATCH_WINDOW_S: Final = 300  # one watch request at most this long; then list and watch again
 RETRY_MIN_S: Final = 0.5
 RETRY_MAX_S: Final = 5.0
@@ -127,11 +126,15 @@ def launch_run(
     doc = _launch_doc(watched, body, created, state, experiment, trial, repetition)
     # Records before launch.json, which marks the run as done for a retried step.
     exp, trial_doc = read_experiment(storage, experiment), read_trial(storage, experiment, trial)
-    if doc.status == "failed":
-        store_stand_ins(storage, doc, trial_doc, exp.workload, exp.storage, "launcher")
-    else:
-        store_log_records(storage, doc, trial_doc, exp, LogReader(api, namespace, watched.pods))
-    storage.put_json(key, to_document(doc))
+    recorder = RunRecorder(storage, exp, trial_doc, repetition, "launcher")
+    reader = LogReader(api, namespace, watched.pods)
+    doc = recorder.store_records(
+        doc,
+        reader,
+        cluster_provenance(watched.pods, trial_doc.stack.image),
+        lambda t, i: f"{namespace}/{t}-{i} log",
+    )
+    recorder.finish(doc)
     if after_run is not None:
         after_run(storage, experiment, trial)  # after the trial's last run: what the report reads
     return doc

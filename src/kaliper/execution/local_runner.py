@@ -33,9 +33,10 @@ from kaliper.exec.command import framework_version
 from kaliper.execution import AfterRun
 from kaliper.execution.calibration import CalibrationStore
 from kaliper.execution.environment import RunMonitor, interference_of
-from kaliper.execution.fromlogs import LogText, local_provenance, records_from_logs, sampling_rule
+from kaliper.execution.fromlogs import local_provenance
 from kaliper.execution.local_job import JobResult, LocalExecutor, ReplicaProcess
 from kaliper.execution.order import run_order
+from kaliper.execution.recorder import LOG_TAIL_LINES, RunRecorder
 from kaliper.jobs import env as env_names
 from kaliper.jobs.kubeflow import primary_replica, replica_id, replica_name
 from kaliper.jobs.manifest import for_repetition
@@ -44,9 +45,8 @@ from kaliper.monitoring.gpu_window import FIGURES as GPU_FIGURE_DEFS
 from kaliper.monitoring.gpu_window import GpuWindow
 from kaliper.monitoring.nvml import GpuSampler
 from kaliper.monitoring.sampler import LocalSampler
-from kaliper.results.documents import FailureInfo, LaunchDoc, ReplicaLaunch, to_document
+from kaliper.results.documents import FailureInfo, LaunchDoc, ReplicaLaunch
 from kaliper.results.environment import store_environment
-from kaliper.results.protocol import record_key, store_stand_ins
 from kaliper.results.record import load_record
 from kaliper.results.resources import store_resources
 from kaliper.results.services import prometheus_url, pushgateway_url
@@ -54,7 +54,6 @@ from kaliper.spec.interference import InterferenceSpec
 from kaliper.storage import Storage, layout, open_storage
 
 GPU_FIGURES = tuple(name for name, _, _ in GPU_FIGURE_DEFS)
-LOG_TAIL_LINES = 30
 LOG_LIMIT_ENV = "KALIPER_LOG_LIMIT"
 DEFAULT_LOG_LIMIT = 64 << 20
 
@@ -89,7 +88,7 @@ class RunSettings:
     # Stack name → the interpreter of its environment (kaliper.stacks); a stack not here runs with Kaliper's.
     pythons: Mapping[str, str] = field(default_factory=dict)
     # What the caller does after each run of a trial (`kaliper run`: the reporter's samples file, which
-    # this layer does not know; kaliper.cli.pipeline wires it in).
+    # this layer does not know; kaliper.execution.pipeline wires it in).
     after_run: AfterRun | None = None
 
 
@@ -229,10 +228,17 @@ def run_one(
                 data = bounded_log(path, limit)
                 storage.put(layout.log_key(experiment, trial.doc.id, repetition, replica, stream), data)
             tails[proc.key] = _tail(proc.stderr)
-        launch = _launch_doc(plan, trial, repetition, result, tails)
         logs = {p.key: p for p in result.replicas}
-        store_log_records(storage, plan, trial, launch, lambda t, i: _log_lines(logs.get((t, i))))
-    store_stand_ins(storage, launch, trial.doc, plan.experiment.workload, plan.experiment.storage, "executor")
+        recorder = RunRecorder(storage, plan.experiment, trial.doc, repetition, "executor")
+        launch = recorder.store_records(
+            _launch_doc(plan, trial, repetition, result, tails),
+            lambda t, i: _log_lines(logs.get((t, i))),
+            local_provenance(trial.doc.stack.image),
+            lambda t, i: storage.location(
+                layout.log_key(experiment, trial.doc.id, repetition, replica_name(t, i), "stdout")
+            ),
+            framework_version(plan.experiment.workload.get("framework")),
+        )
     if prometheus_url(plan.experiment) is None:
         # With Prometheus, the reporter asks it for the run's window; without, this sampling is all there
         # is: over the measurement's window when the primary replica stored its record, else the job's.
@@ -249,7 +255,7 @@ def run_one(
         )
         store_environment(storage, environment)
         verdict, reasons = environment.verdict, tuple(environment.reasons)
-    storage.put_json(layout.launch_key(experiment, trial.doc.id, repetition), to_document(launch))
+    recorder.finish(launch)
     return RunOutcome(
         trial.doc.id,
         repetition,
@@ -294,39 +300,6 @@ def bounded_log(path: Path, limit: int) -> bytes:
     left_out = size - len(head) - len(tail)
     marker = f"\n[kaliper: {left_out} bytes of this log left out ({size} in all)]\n"
     return head + marker.encode() + tail
-
-
-def store_log_records(
-    storage: Storage,
-    plan: ExperimentPlan,
-    trial: TrialPlan,
-    launch: LaunchDoc,
-    log_text: LogText,
-) -> None:
-    """Records from the logs of replicas that stored none (a command run without the wrapper)."""
-    workload = plan.experiment.workload
-    if not workload.get("rules") or launch.status != "succeeded":
-        return
-
-    def has_record(rtype: str, index: int) -> bool:
-        return storage.exists(
-            layout.record_key(launch.experiment, trial.doc.id, launch.repetition, rtype, index)
-        )
-
-    records = records_from_logs(
-        launch,
-        trial.doc,
-        workload,
-        sampling_rule(plan.experiment.sampling),
-        plan.experiment.storage,
-        has_record,
-        log_text,
-        local_provenance(trial.doc.stack.image),
-        "executor",
-        framework_version(workload.get("framework")),
-    )
-    for record in records:
-        storage.put(record_key(record), record.to_json_bytes())
 
 
 def _log_lines(proc: ReplicaProcess | None) -> Iterator[tuple[str, str]]:

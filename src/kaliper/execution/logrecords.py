@@ -1,11 +1,11 @@
-"""Records for replicas that wrote none, read from their pod logs after the job (the launch step's part).
+"""What the launch step reads of a job's pods for its records (kaliper.execution.recorder stores them).
 
 When: a run whose job Succeeded, of a workload with extraction rules (a command workload, or a template
 with declared `metrics` / `metrics_format`), for each replica that stored no record itself. That is the
 unwrapped image (`workload.wrap: false`: the container runs the user's argv, nothing of Kaliper inside),
 and also a wrapped replica whose record never reached storage. A replica whose log carries a
 `KALIPER_RESULT` line (the wrapper's fallback when storing failed) gets that record back as it printed
-it; every other one gets a record built from its log by the shared `records_from_logs`
+it (kaliper.execution.recorder, for every run); every other one gets a record built from its log by the shared `records_from_logs`
 (kaliper.execution.fromlogs: the same extraction and verdict as `kaliper exec` and the local runner),
 `recorded_by: launcher`. A failed job's replicas keep their stand-in records (results.protocol), which
 carry the failing replica's log tail.
@@ -33,15 +33,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from kaliper.errors import KaliperError
 from kaliper.execution.jobstate import PodView, main_container_status
 from kaliper.execution.kubeapi import JobApi
 from kaliper.jobs.kubeflow import CONTAINER_NAME, replica_name
-from kaliper.results.documents import ExperimentDoc, LaunchDoc, TrialDoc
-from kaliper.results.protocol import record_key, result_payloads
 from kaliper.results.provenance import stack_id
-from kaliper.results.record import Hardware, ResultRecord, Stack, load_record
-from kaliper.storage import Storage, layout
+from kaliper.results.record import Hardware, Stack
 
 MAX_LOG_BYTES: Final = 64 << 20  # per replica; the launch step's pod has a 1 GiB memory limit
 UNKNOWN: Final = "unknown"
@@ -106,16 +102,6 @@ def _main_container_spec(spec: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in containers if c.get("name") == name), containers[0] if containers else {})
 
 
-def fallback_record(text: str, source: str) -> ResultRecord | None:
-    """The last `KALIPER_RESULT` record a replica printed (its wrapper could not store it), if any."""
-    for payload in reversed(result_payloads(text)):
-        try:
-            return load_record(payload, source)
-        except (KaliperError, ValueError) as exc:
-            log.warning("%s: unreadable KALIPER_RESULT line: %s", source, exc)
-    return None
-
-
 @dataclass
 class LogReader:
     """Each replica's log read once (at most MAX_LOG_BYTES); an unreadable one becomes one line saying so,
@@ -158,45 +144,3 @@ def cluster_provenance(pods: PodView, image: str | None) -> Callable[[str, int],
         return pod_stack(image, status.get("imageID")), pod_hardware(pod, pods.kind)
 
     return provenance
-
-
-def store_log_records(
-    storage: Storage,
-    launch: LaunchDoc,
-    trial: TrialDoc,
-    experiment: ExperimentDoc,
-    reader: LogReader,
-) -> list[str]:
-    """Store a record for every replica of a succeeded run that has none (see the module's docstring);
-    the keys written."""
-    from kaliper.execution.fromlogs import records_from_logs, sampling_rule, workload_rules
-
-    if launch.status != "succeeded" or workload_rules(experiment.workload) is None:
-        return []
-
-    def has_record(rtype: str, index: int) -> bool:
-        return storage.exists(layout.record_key(launch.experiment, trial.id, launch.repetition, rtype, index))
-
-    written: list[str] = []
-    missing = [(r.replica_type, r.index) for r in launch.replicas if not has_record(r.replica_type, r.index)]
-    for rtype, index in missing:  # the wrapper's own record first, when it printed one
-        key = layout.record_key(launch.experiment, trial.id, launch.repetition, rtype, index)
-        record = fallback_record(reader(rtype, index), f"{reader.namespace}/{rtype}-{index} log")
-        if record is not None and record_key(record) == key:
-            storage.put(key, record.to_json_bytes())
-            written.append(key)
-    records = records_from_logs(
-        launch,
-        trial,
-        experiment.workload,
-        sampling_rule(experiment.sampling),
-        experiment.storage,
-        has_record,
-        reader,
-        cluster_provenance(reader.pods, trial.stack.image),
-        "launcher",
-    )
-    for record in records:
-        storage.put(record_key(record), record.to_json_bytes())
-        written.append(record_key(record))
-    return written

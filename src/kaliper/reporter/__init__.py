@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kaliper.errors import InputError
-from kaliper.reporter.bulk import bulk, steady_malloc
 from kaliper.reporter.html import report_html
 from kaliper.reporter.outputs import report_markdown, results_csv
 from kaliper.reporter.parquet import results_parquet
@@ -79,18 +78,10 @@ def write_report(
     which keeps the old files under report/replaced/<UTC stamp>/ and writes the new ones over report/.
     Nothing is written before that decision, so a refusal leaves the stored report whole.
     Runs judged contended are left out of the statistics unless `include_contended`.
+
+    The process settings that make a large report cheaper (no cyclic garbage collection while it is
+    built, glibc's mmap threshold held) are its caller's: kaliper.cli.process.report_building.
     """
-    # No cyclic garbage collection while the report's hundreds of thousands of objects are alive and more
-    # are made (reporter.bulk: each full collection would walk all of them again); they are dropped before
-    # it is enabled again, so the first collection after it does not walk them either.
-    steady_malloc()  # large blocks given back when freed: a large report's peak is lower
-    with bulk():
-        return _write_report(storage, experiment_id, replace, include_contended)
-
-
-def _write_report(
-    storage: Storage, experiment_id: str, replace: bool, include_contended: bool
-) -> ReportPaths:
     report = build_report(storage, experiment_id, include_contended, prepare_outputs)
     # results.parquet first: its Arrow buffers peak while no other file is held yet. Rows made where the
     # trials were loaded (kaliper.reporter.prepared) are used where true to the whole experiment.

@@ -34,11 +34,19 @@ from kaliper.reporter.model import (
 )
 from kaliper.reporter.recovered import recover_from_logs
 from kaliper.reporter.workers import ENV_WORKERS, PARALLEL_RUNS, LoadPool, inherited_storage, report_workers
-from kaliper.results.compact import SamplesCodec, TrialSamples, document_keys, open_samples
 from kaliper.results.documents import ExperimentDoc, TrialDoc
 from kaliper.results.protocol import RESULT_LINE_PREFIX
 from kaliper.results.record import RecordLoader
-from kaliper.results.stats_cache import decode_runs, decode_trials, encode_run, encode_trial
+from kaliper.results.samples import (
+    SamplesCodec,
+    TrialSamples,
+    decode_runs,
+    decode_trials,
+    document_keys,
+    encode_run,
+    encode_trial,
+    open_samples,
+)
 from kaliper.results.views import Interner
 from kaliper.storage import Storage, layout
 from kaliper.storage.readahead import ReadAhead
@@ -74,7 +82,7 @@ def _load_run(
     docs: TrialSamples,
 ) -> RunResult:
     """One run from its own keys (those under its runs/<repetition>/ prefix); its documents through
-    `docs` (the trial's samples file where it has them, else storage: kaliper.results.compact)."""
+    `docs` (the trial's samples file where it has them, else storage: kaliper.results.samples)."""
     launch = None
     launch_key = layout.launch_key(exp, trial.id, repetition)
     if launch_key in keys:
@@ -95,16 +103,20 @@ def _load_run(
     # A recovered record replaces the executor's "exited without a record" stand-in for that replica.
     records = [r for r in records if r.replica not in recovered]
     records += [interner.record(record) for record, _where in recovered.values()]
+    # Where each recovered record was read: by the executor (launch.json), else here (runs before that).
+    where = {replica: location for replica, (_record, location) in recovered.items()}
+    if launch is not None and launch.recovered:
+        where.update(launch.recovered)
     rtype, index = primary_replica(trial.job.kind, trial.job.replicas)
     primary_name = replica_name(rtype, index)
     primary = next((r for r in records if r.replica == primary_name), None)
     status: str
     error: str | None
-    if primary is not None and primary_name in recovered and primary.status in MEASURED:
+    if primary is not None and primary_name in where and primary.status in MEASURED:
         # It measured, then could not store its record (which is why the job failed, if it did).
         status = primary.status
         error = (
-            f"record recovered from the {RESULT_LINE_PREFIX.strip()} line of {recovered[primary_name][1]}: "
+            f"record recovered from the {RESULT_LINE_PREFIX.strip()} line of {where[primary_name]}: "
             f"{primary_name} could not store it"
         )
         if launch is not None and launch.status == "failed":
@@ -123,7 +135,6 @@ def _load_run(
             "missing",
             "no launch record and no result record (the run never happened or was interrupted)",
         )
-    where = {replica: location for replica, (_record, location) in recovered.items()}
     resources = docs.resources(storage, resources_key) if resources_key in keys else None
     environment_key = layout.environment_key(exp, trial.id, repetition)
     environment = docs.environment(storage, environment_key) if environment_key in keys else None
@@ -227,7 +238,7 @@ def _by_run(experiment_id: str, keys: list[str]) -> ByRun:
 def _samples(
     storage: Storage, experiment: ExperimentDoc, trial_ids: list[str], by_run: ByRun, codec: SamplesCodec
 ) -> dict[str, TrialSamples]:
-    """The trials' documents as listed, served from their samples files (kaliper.results.compact)."""
+    """The trials' documents as listed, served from their samples files (kaliper.results.samples)."""
     reps = experiment.repetitions
     listed = {
         t: (
@@ -305,8 +316,7 @@ def for_comparison(run: RunResult) -> RunResult:
 
 def load_trials(storage: Storage, experiment: ExperimentDoc, trial_ids: list[str]) -> list[TrialResult]:
     """Some trials, each listed on its own (what writing a trial's samples file after a run needs)."""
-    with bulk():
-        return _load_trials(storage, experiment, trial_ids, None)
+    return _load_trials(storage, experiment, trial_ids, None)
 
 
 @functools.lru_cache(maxsize=8)
@@ -336,6 +346,7 @@ Chunk = tuple[ExperimentDoc, list[str], "ByRun | None", bool, bool, "Prepare | N
 
 
 def _load_chunk(chunk: Chunk) -> tuple[list[TrialResult], Any]:
+    """A loading process's entry: its chunk of trials, with the process settings of a report (bulk)."""
     experiment, trial_ids, by_run, include_contended, light, prepare = chunk
     with bulk():
         trials = _load_trials(inherited_storage(), experiment, trial_ids, by_run, include_contended, light)
@@ -375,9 +386,8 @@ def load_experiment(
         pool = None
         workers = report_workers(len(ids) * experiment.repetitions) if workers is None else workers
     if workers <= 1 or len(ids) < 2:
-        with bulk():
-            trials = _load_trials(storage, experiment, ids, by_run, include_contended, light)
-            return ExperimentResult(experiment, trials, include_contended)
+        trials = _load_trials(storage, experiment, ids, by_run, include_contended, light)
+        return ExperimentResult(experiment, trials, include_contended)
     # 16 chunks per worker: their loads even out, and a worker holds one small chunk at a time
     size = max(1, math.ceil(len(ids) / (16 * workers)))
     parts = [ids[i : i + size] for i in range(0, len(ids), size)]
@@ -385,12 +395,11 @@ def load_experiment(
         (experiment, part, keys, include_contended, light, prepare)
         for part, keys in zip(parts, _split(by_run, parts), strict=True)
     ]
-    with bulk():
-        if pool is not None:
-            loaded = pool.map(_load_chunk, chunks)
-        else:
-            with LoadPool(storage, min(workers, len(chunks))) as own:
-                loaded = own.map(_load_chunk, chunks)
+    if pool is not None:
+        loaded = pool.map(_load_chunk, chunks)
+    else:
+        with LoadPool(storage, min(workers, len(chunks))) as own:
+            loaded = own.map(_load_chunk, chunks)
     trials = [trial for chunk, _prepared in loaded for trial in chunk]
     prepared = [outputs for _chunk, outputs in loaded] if prepare is not None else None
     return ExperimentResult(experiment, trials, include_contended, prepared)

@@ -9,7 +9,7 @@ alpha, confidence, resamples, seed, the method's version and Kaliper's):
 
     experiments/<candidate>/samples/comparisons-<digest>.json     (schema kaliper.comparisons/v1)
 
-Like a trial's samples file (kaliper.results.compact) it is derived, written once per content (`put`:
+Like a trial's samples file (kaliper.results.samples) it is derived, written once per content (`put`:
 identical bytes are a no-op) and never replaced; a changed run gives another digest, so a stale file is
 never read. A file that cannot be read, of another schema or of another row count is ignored (the figures
 are computed), and a storage that refuses the write costs the next report time only. Deleting it is
@@ -29,19 +29,19 @@ from typing import Final
 import numpy as np
 import orjson
 
+from kaliper._version import __version__
 from kaliper.analysis.statistics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 from kaliper.analysis.terms import DEFAULT_CONFIDENCE
 from kaliper.analysis.verdicts import RatioComparison
 from kaliper.errors import KaliperError
-from kaliper.results.stats_cache import float_of_json
+from kaliper.results.samples import float_of_json
 from kaliper.results.views import json_float
 from kaliper.storage import Storage, layout
-from kaliper._version import __version__
 
 COMPARISONS_SCHEMA: Final = "kaliper.comparisons/v1"
 METHOD: Final = "compare_many/1"  # bump when a pair's figures would change for the same samples
 _FIELDS: Final = tuple(f.name for f in dataclasses.fields(RatioComparison))
-# Figures as the samples files keep them (nan and ±inf as their repr: kaliper.results.stats_cache)
+# Figures as the samples files keep them (nan and ±inf as their repr: kaliper.results.samples)
 _FLOATS: Final = frozenset(f.name for f in dataclasses.fields(RatioComparison) if "float" in str(f.type))
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ from kaliper.reporter.aggregate import (
     trial_metrics,
 )
 from kaliper.reporter.baseline import ReportComparisons, compare_for_report
-from kaliper.reporter.bulk import bulk
 from kaliper.reporter.summary import summary_document
 from kaliper.reporter.workers import pool_for
 from kaliper.results.environment import EnvironmentDoc, store_environment
@@ -64,8 +63,7 @@ def build_report(
     finally:
         if pool is not None:
             pool.close()
-    with bulk():
-        summary = summary_document(result, comparisons)
+    summary = summary_document(result, comparisons)
     return Report(result, comparisons, summary)
 
 

@@ -1,4 +1,4 @@
-"""The samples file of a trial written at the end of its last run (kaliper.results.compact: what a
+"""The samples file of a trial written at the end of its last run (kaliper.results.samples: what a
 report reads instead of every record), by the local runner and the cluster's launch step. Here, not in
 results.compact, because writing one is loading the trial as the reporter does."""
 

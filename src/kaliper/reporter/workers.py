@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from kaliper.errors import InputError
+from kaliper.results.provenance import usable_cores
 from kaliper.storage import Storage
 
 ENV_WORKERS = "KALIPER_REPORT_WORKERS"
@@ -45,9 +46,7 @@ def report_workers(runs: int) -> int:
         return max(1, workers)
     if runs < PARALLEL_RUNS or "fork" not in multiprocessing.get_all_start_methods():
         return 1
-    return max(
-        1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-    )
+    return max(1, min(8, usable_cores() or 1))
 
 
 def inherited_storage() -> Storage:

@@ -137,6 +137,19 @@ class LaunchDoc(Document):
     replicas: list[ReplicaLaunch]
     failure: FailureInfo | None = None
     network: str | None = Field(None, description="local runs: isolated (private loopback namespace) or host")
+    recovered: dict[str, str] | None = Field(
+        None,
+        description="replica -> the log its record was read back from (a KALIPER_RESULT line: storing it "
+        "had failed); absent when none was",
+    )
+
+    @model_serializer(mode="wrap")
+    def _absent_when_none_recovered(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`recovered` only where a record was: launch.json stays as it was for every other run."""
+        data: dict[str, Any] = handler(self)
+        if data.get("recovered") is None:
+            data.pop("recovered", None)
+        return data
 
     @model_validator(mode="after")
     def _message_redacted(self) -> LaunchDoc:

@@ -3,7 +3,8 @@
 - A replica knows who it is from its environment (`RunIdentity.from_env`, variables in kaliper.jobs.env)
   and stores one record at `storage.layout.record_key` (`store_record`).
 - When storing fails, the record is printed on stdout as one `KALIPER_RESULT {json}` line (the fallback
-  line), so the reporter can recover it from the replica's captured log (`result_payloads`).
+  line), so its executor can recover it from the replica's log (`printed_record`: one rule for both
+  executors, kaliper.execution.recorder, and for the reporter reading runs recorded before that).
 - A replica of a failed run that stored nothing gets a stand-in record written by its executor (the local
   executor or the cluster's launch step, in the same way: `stand_in_records`), saying why, so every
   replica of every run has a record and the reporter reads one shape.
@@ -11,24 +12,26 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from kaliper.errors import StorageError
+from kaliper._version import __version__
+from kaliper.errors import KaliperError, StorageError
 from kaliper.jobs import env
 from kaliper.jobs.kubeflow import canonical_replica_type, replica_id, replicas_of, run_status
 from kaliper.results.documents import LaunchDoc, TrialDoc
 from kaliper.results.provenance import capture_hardware, capture_stack
-from kaliper.results.record import RecordIds, ResultRecord, Timestamps, WorkloadInfo
+from kaliper.results.record import RecordIds, ResultRecord, Timestamps, WorkloadInfo, load_record
 from kaliper.storage import Storage, layout, open_storage
 from kaliper.storage.spool import Spool, SpoolingStorage, spool_root
-from kaliper._version import __version__
 
 RESULT_LINE_PREFIX: Final = "KALIPER_RESULT "
+log = logging.getLogger(__name__)
 # Replica reasons that only repeat the job's failure; any other (OOMKilled, Stopped, ...) is worth saying.
 _PLAIN_FAILURES: Final = ("Error", "StartError")
 RecordedBy = Literal["workload", "executor", "launcher"]
@@ -167,6 +170,25 @@ def record_key(record: ResultRecord) -> str:
 def result_line(data: bytes) -> str:
     """The fallback line: the record's JSON on one line after `KALIPER_RESULT `."""
     return RESULT_LINE_PREFIX + data.decode().replace("\n", "") + "\n"
+
+
+def printed_record(lines: Iterable[str], key: str, source: str) -> ResultRecord | None:
+    """The record a replica printed as a `KALIPER_RESULT {json}` line because storing it failed: the last
+    such line that is a readable record of this very run and replica (`key`: its record key), else None.
+
+    One rule wherever a log is read (the local and the cluster executor, and the reporter for runs recorded
+    before they did): a later line cut short by a crash does not hide an earlier whole one.
+    """
+    payloads = [line[len(RESULT_LINE_PREFIX) :] for line in lines if line.startswith(RESULT_LINE_PREFIX)]
+    for payload in reversed(payloads):
+        try:
+            record = load_record(payload, f"{source} ({RESULT_LINE_PREFIX.strip()} line)")
+        except (KaliperError, ValueError) as exc:
+            log.warning("%s: unreadable %s line: %s", source, RESULT_LINE_PREFIX.strip(), exc)
+            continue
+        if record_key(record) == key:
+            return record
+    return None
 
 
 def result_payloads(log_text: str) -> list[str]:

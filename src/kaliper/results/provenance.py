@@ -204,6 +204,7 @@ def cpu_quota_cores() -> float | None:
 
 
 def usable_cores() -> int | None:
+    """The cores this process may run on (its affinity), else all of them: the one count every layer uses."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

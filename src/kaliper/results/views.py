@@ -201,6 +201,7 @@ class LaunchView:
     executor: str
     phases: dict[str, datetime | None]
     failure: FailureInfo | None
+    recovered: dict[str, str] | None = None  # replica -> the log its record was read back from
 
 
 class Interner:
@@ -280,9 +281,10 @@ class Interner:
             executor=self.string(doc.executor) or "",
             phases=dict(doc.phases),
             failure=doc.failure,
+            recovered=doc.recovered,
         )
 
-    # Compact entries (kaliper.results.compact): a view as plain JSON and back, the same view either way.
+    # Compact entries (kaliper.results.samples): a view as plain JSON and back, the same view either way.
 
     def record_entry(self, view: RecordView, stack: str, hardware: str) -> dict[str, Any]:
         """A record view as JSON; its stack and hardware by the references the samples file keeps."""
@@ -370,7 +372,7 @@ class Interner:
 
     @staticmethod
     def launch_entry(view: LaunchView) -> dict[str, Any]:
-        return {
+        entry = {
             "status": view.status,
             "reason": view.reason,
             "message": view.message,
@@ -378,6 +380,9 @@ class Interner:
             "phases": {k: None if v is None else v.isoformat() for k, v in view.phases.items()},
             "failure": None if view.failure is None else view.failure.model_dump(mode="json"),
         }
+        if view.recovered is not None:  # absent otherwise: samples files keep their bytes
+            entry["recovered"] = view.recovered
+        return entry
 
     def launch_of_entry(self, entry: dict[str, Any]) -> LaunchView:
         failure = entry["failure"]
@@ -388,4 +393,5 @@ class Interner:
             executor=self.string(entry["executor"]) or "",
             phases={k: None if v is None else _when(v) for k, v in entry["phases"].items()},
             failure=None if failure is None else FailureInfo.model_validate(failure),
+            recovered=entry.get("recovered"),
         )

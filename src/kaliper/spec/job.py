@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from kaliper._version import __version__
 from kaliper.jobs.kubeflow import REPLICA_TYPES
 from kaliper.spec.kubenames import (
     check_dns1123_label,
@@ -22,7 +23,6 @@ from kaliper.spec.kubenames import (
 )
 from kaliper.spec.services import StrictModel
 from kaliper.spec.units import check_quantity, parse_duration
-from kaliper._version import __version__
 
 IMAGE_REF = re.compile(r"[a-z0-9]+([._/:-][a-z0-9]+)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?", re.I)
 IMAGE_MAX_LENGTH = 512

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from kaliper._version import __version__
 from kaliper.errors import StorageURLError
 from kaliper.jobs.kubeflow import JOB_KIND_OF
 from kaliper.spec.cron import check_cron
@@ -29,7 +30,6 @@ from kaliper.spec.services import MonitoringSpec, ReportSpec, S3Spec, StrictMode
 from kaliper.spec.stack import StackSpec
 from kaliper.spec.workload import MAX_TEXT, Scalar, WorkloadSpec, param_names, placeholders
 from kaliper.storage import DEFAULT_STORAGE_URL, check_storage_url, file_path
-from kaliper._version import __version__
 
 TIMEZONE = re.compile(r"[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*")
 

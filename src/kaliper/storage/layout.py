@@ -79,7 +79,7 @@ SAMPLES_FOLDER = "samples"
 
 
 def samples_key(experiment: str, trial: str, name: str) -> str:
-    """A trial's compact samples file (kaliper.results.compact): derived from its runs' documents, named
+    """A trial's compact samples file (kaliper.results.samples): derived from its runs' documents, named
     by what it covers (`<count>-<digest>.json`), so it is written once per content and never replaced."""
     return f"{trial_prefix(experiment, trial)}/{SAMPLES_FOLDER}/{name}"
 

@@ -2,8 +2,12 @@
 
 Before anything is written, an optional pre-flight (kaliper.execution.preflight) waits for a quiet machine.
 The configurator writes the experiment and its trials to storage, the local executor runs every trial ×
-repetition (kaliper.execution.local_runner: it only runs jobs), and the reporter writes the report, also when runs
-failed. Nothing here decides anything the parts do not: it puts them in order.
+repetition (kaliper.execution.local_runner: it only runs jobs), and the reporter writes the report, also
+when runs failed. Nothing here decides anything the parts do not: it puts them in order.
+
+The reporter sits above this layer, so the entry point hands its two parts in (`Reporting`: the samples
+file after each run, the report at the end; kaliper.cli.process.reporting), with the process settings a
+large report wants.
 """
 
 from __future__ import annotations
@@ -11,33 +15,53 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 from rich.console import Console
 
 from kaliper.configurator import configure, write_plan
 from kaliper.configurator.podenv import REGION_ENV, S3_ENDPOINT_ENV
 from kaliper.errors import InputError, KaliperError, StorageError
+from kaliper.execution import AfterRun
 from kaliper.execution.calibration import CalibrationStore
 from kaliper.execution.interrupt import StopRequest
 from kaliper.execution.local_runner import RunOutcome, RunSettings, run_all
 from kaliper.execution.preflight import DEFAULT_WAIT_S, PreflightMode, PreflightResult, preflight
 from kaliper.jobs import env
-from kaliper.reporter import ReportPaths, write_report
-from kaliper.reporter.trial_samples import write_trial_samples
 from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
 from kaliper.spec.loader import workdir_of
 from kaliper.storage import FILE_SCHEME, Storage, file_path, layout, open_storage
 from kaliper.storage.spool import Spool, SpoolingStorage, spool_root
 
 
+class WrittenReport(Protocol):
+    """What the pipeline reads of a written report: its summary.json (the runs it counted as failed)."""
+
+    @property
+    def summary_document(self) -> dict[str, object]: ...
+
+
+R = TypeVar("R", bound=WrittenReport)
+
+
 @dataclass(frozen=True)
-class LocalRunResult:
+class Reporting(Generic[R]):
+    """The report step as the pipeline runs it, handed in by the entry point."""
+
+    after_run: AfterRun  # after each run of a trial: its samples file
+    # (storage, experiment id, replace, include_contended) → the written report
+    write: Callable[[Storage, str, bool, bool], R]
+
+
+@dataclass(frozen=True)
+class LocalRunResult(Generic[R]):
     experiment_id: str
     storage: SpoolingStorage
     outcomes: list[RunOutcome]
-    report: ReportPaths
+    report: R
     preflight: PreflightResult | None = None
 
     @property
@@ -106,12 +130,13 @@ def prepare_stacks(loaded: LoadedSpec, console: Console | None) -> dict[str, str
 
 def run_spec(
     loaded: LoadedSpec,
+    reporting: Reporting[R],
     storage_url: str | None = None,
     console: Console | None = None,
     stop: StopRequest | None = None,
     preflight_mode: PreflightMode = "off",
     preflight_wait_s: float = DEFAULT_WAIT_S,
-) -> LocalRunResult:
+) -> LocalRunResult[R]:
     """Configure → execute every trial × repetition on this machine → report (a report also when runs fail).
 
     Everything written goes through the local spool (kaliper.storage.spool), so a storage failure in the
@@ -135,7 +160,7 @@ def run_spec(
         thresholds = loaded.spec.sampling.interference.thresholds()
         checked = preflight(preflight_mode, thresholds, preflight_wait_s, calibration, echo)
     _warn_if_root(loaded)
-    recover_spooled(storage, skip=plan.experiment.id)
+    recover_spooled(storage, reporting, skip=plan.experiment.id)
     write_plan(plan, storage)
     settings = RunSettings(
         should_stop=stop,
@@ -143,10 +168,10 @@ def run_spec(
         cwd=cwd,
         calibration=calibration,
         pythons=pythons,
-        after_run=write_trial_samples,
+        after_run=reporting.after_run,
     )
     outcomes = run_all(storage, plan, console, settings)  # execute
-    report = finish_report(storage, plan.experiment.id)  # report
+    report = finish_report(storage, plan.experiment.id, reporting)  # report
     return LocalRunResult(plan.experiment.id, storage, outcomes, report, checked)
 
 
@@ -169,8 +194,12 @@ def unstored_error(storage: SpoolingStorage, experiment: str) -> StorageError | 
 
 
 def finish_report(
-    storage: SpoolingStorage, experiment: str, replace: bool = False, include_contended: bool = False
-) -> ReportPaths:
+    storage: SpoolingStorage,
+    experiment: str,
+    reporting: Reporting[R],
+    replace: bool = False,
+    include_contended: bool = False,
+) -> R:
     """Sync what the spool holds, write the report, sync again; forget the journal once all is stored.
 
     While storage stays unusable the report is made from the spool and written there: its paths say so,
@@ -179,7 +208,7 @@ def finish_report(
     if not storage.stored(experiment):
         with contextlib.suppress(KaliperError):
             storage.sync(experiment)
-    report = write_report(storage, experiment, replace=replace, include_contended=include_contended)
+    report = reporting.write(storage, experiment, replace, include_contended)
     if not storage.stored(experiment):
         with contextlib.suppress(KaliperError):
             storage.sync(experiment)
@@ -188,7 +217,7 @@ def finish_report(
     return report
 
 
-def recover_spooled(storage: SpoolingStorage, skip: str | None = None) -> list[str]:
+def recover_spooled(storage: SpoolingStorage, reporting: Reporting[R], skip: str | None = None) -> list[str]:
     """Put experiments an earlier run could not store into storage and report them; those recovered."""
     recovered = []
     for experiment in storage.spool.unstored():
@@ -196,7 +225,7 @@ def recover_spooled(storage: SpoolingStorage, skip: str | None = None) -> list[s
             continue
         try:
             count = storage.sync(experiment)
-            finish_report(storage, experiment)
+            finish_report(storage, experiment, reporting)
         except KaliperError as exc:
             print(f"warning: {experiment} stays in the local spool: {exc}", file=sys.stderr)
             continue

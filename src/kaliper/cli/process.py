@@ -1,0 +1,40 @@
+"""Process-wide settings, set by the entry points that build reports, never by library functions.
+
+A report of 100,000 runs makes millions of small objects and a few large buffers. Two settings of the
+whole process make that cheaper (kaliper.reporter.bulk: no cyclic garbage collection while they are made;
+glibc's mmap threshold held, so large freed buffers go back to the system). They change the process, so
+the commands that build reports (`kaliper run`'s report step, `kaliper report`, `kaliper compare`,
+`kaliper step report`) set them here, around that work; a program that imports the reporter as a library
+keeps its own settings. The reporter's loading processes set the same in their own entry
+(kaliper.reporter.aggregate._load_chunk).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from kaliper.execution.pipeline import Reporting
+from kaliper.reporter import ReportPaths, write_report
+from kaliper.reporter.bulk import bulk, steady_malloc
+from kaliper.reporter.trial_samples import write_trial_samples
+from kaliper.storage import Storage
+
+
+@contextmanager
+def report_building() -> Iterator[None]:
+    """The process settings for building a report, for the duration of the block."""
+    steady_malloc()  # once per process
+    with bulk():
+        yield
+
+
+def _write(storage: Storage, experiment: str, replace: bool, include_contended: bool) -> ReportPaths:
+    with report_building():
+        return write_report(storage, experiment, replace=replace, include_contended=include_contended)
+
+
+def reporting() -> Reporting[ReportPaths]:
+    """The report step the local pipeline runs (kaliper.execution.pipeline): each trial's samples file
+    after its runs, the report at the end."""
+    return Reporting(after_run=write_trial_samples, write=_write)

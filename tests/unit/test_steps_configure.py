@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES, CliRunner
-from kaliper.configurator import read_experiment
 from kaliper.configurator.experiment import experiment_id_for_workflow
 from kaliper.errors import InputError, NotFoundError, SpecError
+from kaliper.results.readers import read_experiment
 from kaliper.steps.configure import configure_step, parse_created
 from kaliper.steps.report import report_step
 from kaliper.storage import layout, open_storage

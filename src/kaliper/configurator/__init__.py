@@ -14,21 +14,9 @@ from kaliper.configurator.experiment import (
     new_experiment_id,
     write_plan,
 )
-from kaliper.errors import InputError, NotFoundError, StorageError
-from kaliper.results.documents import EXPERIMENT_SCHEMA, TRIAL_SCHEMA, ExperimentDoc, TrialDoc, load_versioned
+from kaliper.errors import InputError, StorageError
+from kaliper.results.readers import read_experiment, read_trial
 from kaliper.storage import Storage, layout
-
-
-def read_experiment(storage: Storage, experiment_id: str) -> ExperimentDoc:
-    key = layout.experiment_key(experiment_id)
-    if not storage.exists(key):
-        raise NotFoundError(f"experiment {experiment_id!r} not found in {storage.url} (no {key})")
-    return load_versioned(ExperimentDoc, EXPERIMENT_SCHEMA, storage.get(key), storage.location(key))
-
-
-def read_trial(storage: Storage, experiment_id: str, trial_id: str) -> TrialDoc:
-    key = layout.trial_key(experiment_id, trial_id)
-    return load_versioned(TrialDoc, TRIAL_SCHEMA, storage.get(key), storage.location(key))
 
 
 def read_job(

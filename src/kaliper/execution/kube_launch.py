@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from kaliper.configurator import read_experiment, read_job, read_trial
+from kaliper.configurator import read_job
 from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
 from kaliper.errors import ExecutionError, InputError
 from kaliper.execution import AfterRun
@@ -34,6 +34,7 @@ from kaliper.execution.logrecords import LogReader, cluster_provenance
 from kaliper.execution.recorder import LOG_TAIL_LINES, RunRecorder
 from kaliper.jobs.kubeflow import CONTAINER_NAME
 from kaliper.results.documents import LAUNCH_SCHEMA, FailureInfo, LaunchDoc, load_versioned
+from kaliper.results.readers import read_experiment, read_trial
 from kaliper.storage import Storage, layout
 
 WATCH_WINDOW_S: Final = 300  # one watch request at most this long; then list and watch again

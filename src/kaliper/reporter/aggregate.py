@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 from kaliper.analysis.statistics import run_stats_many, trial_stats
-from kaliper.configurator import read_experiment, read_trial
 from kaliper.jobs.kubeflow import primary_replica, replica_name, run_status
 from kaliper.metrics.extraction import TIME_TO_TRAIN
 from kaliper.metrics.rules import WALL_TIME, ExtractionRules
@@ -36,6 +35,7 @@ from kaliper.reporter.recovered import recover_from_logs
 from kaliper.reporter.workers import ENV_WORKERS, PARALLEL_RUNS, LoadPool, inherited_storage, report_workers
 from kaliper.results.documents import ExperimentDoc, TrialDoc
 from kaliper.results.protocol import RESULT_LINE_PREFIX
+from kaliper.results.readers import read_experiment, read_trial
 from kaliper.results.record import RecordLoader
 from kaliper.results.samples import (
     SamplesCodec,

@@ -9,8 +9,8 @@ alpha, confidence, resamples, seed, the method's version and Kaliper's):
 
     experiments/<candidate>/samples/comparisons-<digest>.json     (schema kaliper.comparisons/v1)
 
-Like a trial's samples file (kaliper.results.samples) it is derived, written once per content (`put`:
-identical bytes are a no-op) and never replaced; a changed run gives another digest, so a stale file is
+Like a trial's samples file (kaliper.results.samples) it is derived data (kaliper.storage.derived: written
+once per content and never replaced, reading may fail, writing is best effort); a changed run gives another digest, so a stale file is
 never read. A file that cannot be read, of another schema or of another row count is ignored (the figures
 are computed), and a storage that refuses the write costs the next report time only. Deleting it is
 always safe. What is stored is compare_many's figures, before a pair is held inconclusive or the family is
@@ -33,10 +33,10 @@ from kaliper._version import __version__
 from kaliper.analysis.statistics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 from kaliper.analysis.terms import DEFAULT_CONFIDENCE
 from kaliper.analysis.verdicts import RatioComparison
-from kaliper.errors import KaliperError
 from kaliper.results.samples import float_of_json
 from kaliper.results.views import json_float
 from kaliper.storage import Storage, layout
+from kaliper.storage.derived import read_derived, write_derived
 
 COMPARISONS_SCHEMA: Final = "kaliper.comparisons/v1"
 METHOD: Final = "compare_many/1"  # bump when a pair's figures would change for the same samples
@@ -77,10 +77,9 @@ class ComparisonCache:
     def load(self, digest: str, pairs: int) -> list[RatioComparison] | None:
         """The stored figures of this family (`pairs` of them), or None (not stored, or not usable)."""
         key = self.key(digest)
-        try:
-            if not self.storage.exists(key):
-                return None
-            document = orjson.loads(self.storage.get(key))
+
+        def parse(data: bytes, _where: str) -> list[RatioComparison] | None:
+            document = orjson.loads(data)
             if document.get("schema") != COMPARISONS_SCHEMA or document.get("fields") != list(_FIELDS):
                 return None
             rows = document["rows"]
@@ -92,11 +91,8 @@ class ComparisonCache:
                 )
                 for row in rows
             ]
-        except (KaliperError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            log.warning(
-                "comparisons file %s not read (computed instead): %s", self.storage.location(key), exc
-            )
-            return None
+
+        return read_derived(self.storage, key, parse, "comparisons file")
 
     def store(self, digest: str, found: Sequence[RatioComparison]) -> None:
         """Keep the figures (an optimisation: a refused write is logged, never raised)."""
@@ -104,7 +100,4 @@ class ComparisonCache:
             [json_float(getattr(c, n)) if n in _FLOATS else getattr(c, n) for n in _FIELDS] for c in found
         ]
         data = orjson.dumps({"schema": COMPARISONS_SCHEMA, "fields": list(_FIELDS), "rows": rows}) + b"\n"
-        try:
-            self.storage.put(self.key(digest), data)
-        except KaliperError as exc:
-            log.warning("comparisons file %s not written: %s", self.storage.location(self.key(digest)), exc)
+        write_derived(self.storage, self.key(digest), data, "comparisons file")

@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 
 from kaliper.analysis.interference import Thresholds
-from kaliper.configurator import read_experiment
 from kaliper.execution.cluster_environment import query_environment
 from kaliper.monitoring import prometheus
 from kaliper.monitoring.deadline import Budget, prometheus_budget
@@ -29,6 +28,7 @@ from kaliper.reporter.baseline import ReportComparisons, compare_for_report
 from kaliper.reporter.summary import summary_document
 from kaliper.reporter.workers import pool_for
 from kaliper.results.environment import EnvironmentDoc, store_environment
+from kaliper.results.readers import read_experiment
 from kaliper.results.resources import store_resources, unavailable
 from kaliper.results.services import prometheus_url
 from kaliper.storage import Storage

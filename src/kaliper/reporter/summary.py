@@ -146,7 +146,7 @@ def summary_document(result: ExperimentResult, comparisons: ReportComparisons) -
         "experiment": exp.id,
         "spec_name": exp.spec_name,
         "created": exp.created.isoformat(),
-        "kaliper._version": exp.kaliper_version,
+        "kaliper_version": exp.kaliper_version,
         "workload": exp.workload,
         "repetitions": exp.repetitions,
         "runs": {

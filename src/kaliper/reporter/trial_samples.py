@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from kaliper.configurator import read_experiment
 from kaliper.errors import KaliperError
 from kaliper.reporter.aggregate import load_trials
+from kaliper.results.readers import read_experiment
 from kaliper.storage import Storage, layout
 
 log = logging.getLogger(__name__)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import orjson
@@ -52,6 +53,7 @@ from kaliper.results.record import Hardware, Stack
 from kaliper.results.resources import block_of
 from kaliper.results.views import json_float
 from kaliper.storage import Storage, layout
+from kaliper.storage.derived import read_derived, write_derived
 from kaliper.storage.readahead import ReadAhead
 
 if TYPE_CHECKING:
@@ -292,12 +294,7 @@ class TrialSamples:
             "trials": self.trial_entries,
         }
         key = layout.samples_key(self.experiment, self.trial, samples_name(relative))
-        try:
-            storage.put(key, orjson.dumps(document) + b"\n")
-        except KaliperError as exc:
-            log.warning("samples file %s not written: %s", storage.location(key), exc)
-            return None
-        return key
+        return key if write_derived(storage, key, orjson.dumps(document) + b"\n", "samples file") else None
 
 
 def _candidate(names: list[str], wanted: str) -> str | None:
@@ -333,15 +330,22 @@ def open_samples(
         document, exact = None, False
         if trial in chosen:
             key, exact = chosen[trial]
-            try:
-                document = load_samples(source.get(key), storage.location(key))
-                if (document.get("experiment"), document.get("trial")) != (experiment, trial):
-                    raise SchemaVersionError(f"{storage.location(key)}: the samples file of another trial")
-            except KaliperError as exc:
-                log.info("%s", exc)
-                exact = False
+            document = read_derived(storage, key, _of_trial(experiment, trial), "samples file", source)
+            exact = exact and document is not None
         out[trial] = TrialSamples(experiment, trial, keys, codec, document, exact)
     return out
+
+
+def _of_trial(experiment: str, trial: str) -> Callable[[bytes, str], dict[str, Any]]:
+    """A samples file's parser that refuses the file of another trial."""
+
+    def parse(data: bytes, source: str) -> dict[str, Any]:
+        document = load_samples(data, source)
+        if (document.get("experiment"), document.get("trial")) != (experiment, trial):
+            raise SchemaVersionError(f"{source}: the samples file of another trial")
+        return document
+
+    return parse
 
 
 def verify_samples(storage: Storage, key: str) -> list[str]:

@@ -666,6 +666,7 @@ def test_a_wrapper_record_printed_in_the_log_is_stored_as_printed(tmp_path: Path
     key = layout.record_key(EXP, "t000", 0, "Master", 0)
     printed = load_record(storage.get(key), key).model_copy(update={"recorded_by": "workload"})
     (tmp_path / "again").mkdir()
-    storage2, _, _ = unwrapped_run(tmp_path / "again", server, result_line(printed.to_json_bytes()))
+    storage2, doc, _ = unwrapped_run(tmp_path / "again", server, result_line(printed.to_json_bytes()))
     again = load_record(storage2.get(key), key)
     assert again.recorded_by == "workload" and again == printed
+    assert doc.recovered == {"master-0": "bench/Master-0 log"}  # launch.json says where it came from

@@ -184,10 +184,11 @@ def _launcher(
     mount_path: str | None,
     templates_json: str | None,
 ) -> tuple[StorageType, Callable[[Run], LaunchDoc]]:
-    """The storage and one run's launch (kaliper.execution.kube_launch.launch_run), checked against the workflow's
+    """The storage and one run's launch (the cluster backend, kaliper.execution.kube_launch), checked against the workflow's
     spec; a chunk reads its runs from the same storage."""
     from kaliper.configurator.jobcheck import JobExpectations
-    from kaliper.execution.kube_launch import launch_run
+    from kaliper.execution.executor import RunRef
+    from kaliper.execution.kube_launch import KubernetesJobExecutor
     from kaliper.reporter.trial_samples import write_trial_samples
     from kaliper.steps.configure import load_step_spec
     from kaliper.storage import open_storage
@@ -195,23 +196,20 @@ def _launcher(
     if (volume_claim is None) != (mount_path is None):
         raise InputError("--volume-claim and --mount-path go together; give both or neither")
     store = open_storage(storage)
-    expect = JobExpectations.of(load_step_spec(spec_text, templates_json).spec)
+    executor = KubernetesJobExecutor(
+        store,
+        experiment,
+        workflow_name=workflow_name,
+        workflow_uid=workflow_uid,
+        timeout_s=timeout,
+        volume_claim=volume_claim,
+        mount_path=mount_path,
+        expect=JobExpectations.of(load_step_spec(spec_text, templates_json).spec),
+        after_run=write_trial_samples,
+    )
 
     def launch(run: Run) -> LaunchDoc:
-        return launch_run(
-            store,
-            experiment,
-            run.trial,
-            run.repetition,
-            workflow_name=workflow_name,
-            workflow_uid=workflow_uid,
-            timeout_s=timeout,
-            volume_claim=volume_claim,
-            mount_path=mount_path,
-            job_sha256=run.sha256,
-            expect=expect,
-            after_run=write_trial_samples,
-        )
+        return executor.execute(RunRef(run.trial, run.repetition, run.sha256))
 
     return store, launch
 

@@ -27,6 +27,7 @@ from kaliper.configurator import read_job
 from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
 from kaliper.errors import ExecutionError, InputError
 from kaliper.execution import AfterRun
+from kaliper.execution.executor import RunRef
 from kaliper.execution.jobobject import ownership_problem, plural_of, prepare_job, resolve_namespace
 from kaliper.execution.jobstate import JobState, PodView, job_state, main_container_status, parse_time
 from kaliper.execution.kubeapi import JobApi, KubeApiError
@@ -71,6 +72,40 @@ class _Watched:
             self.pods.observe(self.api.list_pods(self.namespace, self.name))
         except KubeApiError as exc:
             log.warning("%s (replica details may be incomplete)", exc)
+
+
+@dataclass(frozen=True)
+class KubernetesJobExecutor:
+    """The cluster backend (kaliper.execution.executor): a run's job created in the workflow's namespace,
+    waited for and recorded (`launch_run`); a retried step adopts the job, or returns the stored run."""
+
+    storage: Storage
+    experiment: str
+    workflow_name: str
+    workflow_uid: str | None
+    timeout_s: float
+    volume_claim: str | None = None
+    mount_path: str | None = None
+    api: JobApi | None = None
+    expect: JobExpectations | None = None
+    after_run: AfterRun | None = None
+
+    def execute(self, run: RunRef) -> LaunchDoc:
+        return launch_run(
+            self.storage,
+            self.experiment,
+            run.trial,
+            run.repetition,
+            workflow_name=self.workflow_name,
+            workflow_uid=self.workflow_uid,
+            timeout_s=self.timeout_s,
+            volume_claim=self.volume_claim,
+            mount_path=self.mount_path,
+            api=self.api,
+            job_sha256=run.job_sha256,
+            expect=self.expect,
+            after_run=self.after_run,
+        )
 
 
 def launch_run(

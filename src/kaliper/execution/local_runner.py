@@ -33,6 +33,7 @@ from kaliper.exec.command import framework_version
 from kaliper.execution import AfterRun
 from kaliper.execution.calibration import CalibrationStore
 from kaliper.execution.environment import RunMonitor, interference_of
+from kaliper.execution.executor import RunRef
 from kaliper.execution.fromlogs import local_provenance
 from kaliper.execution.local_job import JobResult, LocalExecutor, ReplicaProcess
 from kaliper.execution.order import run_order
@@ -110,6 +111,7 @@ def run_all(
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(f"{plan.experiment.id}", total=len(runs))
+        executor = LocalProcessExecutor(storage, plan, settings, progress.console)
         for rep, trial in runs:
             if settings.should_stop is not None and settings.should_stop() is not None:
                 progress.console.print(
@@ -118,7 +120,7 @@ def run_all(
                 break
             point = ", ".join(f"{k}={v}" for k, v in trial.doc.matrix_point.items()) or trial.doc.stack.name
             progress.update(task, description=f"{trial.doc.id} ({point}) rep {rep}")
-            outcome = run_repetition(storage, plan, trial, rep, settings, progress.console)
+            outcome = executor.execute(RunRef(trial.doc.id, rep))
             if settings.after_run is not None:
                 settings.after_run(
                     storage, plan.experiment.id, trial.doc.id
@@ -132,6 +134,23 @@ def run_all(
             progress.advance(task)
         progress.update(task, description=f"{plan.experiment.id}: {len(outcomes)} of {len(runs)} runs done")
     return outcomes
+
+
+@dataclass
+class LocalProcessExecutor:
+    """The local backend (kaliper.execution.executor): a run's job as processes on this machine."""
+
+    storage: Storage
+    plan: ExperimentPlan
+    settings: RunSettings
+    console: Console | None = None
+
+    def __post_init__(self) -> None:
+        self._trials = {trial.doc.id: trial for trial in self.plan.trials}
+
+    def execute(self, run: RunRef) -> RunOutcome:
+        trial = self._trials[run.trial]
+        return run_repetition(self.storage, self.plan, trial, run.repetition, self.settings, self.console)
 
 
 def run_repetition(

@@ -1,11 +1,13 @@
 # Two commands do all the set-up on a fresh machine:
 #   make run    install Kaliper (with PyTorch) into .venv and run the quick-start benchmark to a report
-#   make test   install the test tools too, then lint, type-check and run the whole test suite
+#   make test   install the test tools too, then lint, type-check, build the docs and run the whole test suite
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SPEC ?= examples/quickstart.yaml
 PYTEST_ARGS ?=
+# The documentation site (mkdocs.yml, docs/) is built here; `make docs` fails on any warning.
+SITE_DIR ?= site
 
 # Real services the tests talk to: Debian's prometheus + prometheus-pushgateway (promtool comes with
 # prometheus), Debian's chromium (headless, loads report.html) and an S3-compatible server, moto_server,
@@ -14,7 +16,7 @@ PYTEST_ARGS ?=
 MOTO_VENV ?= .venv-moto
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint typecheck pytest bench clean services
+.PHONY: run test lint typecheck docs pytest bench clean services
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +33,7 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-all
 run: $(VENV)/.installed-all
 	$(BIN)/kaliper run $(SPEC)
 
-test: $(VENV)/.installed-test services lint typecheck pytest
+test: $(VENV)/.installed-test services lint typecheck docs pytest
 
 services: $(MOTO_VENV)/bin/moto_server
 	@if command -v prometheus >/dev/null && command -v prometheus-pushgateway >/dev/null && command -v promtool >/dev/null; then :; \
@@ -54,6 +56,10 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 
+# --strict: a broken link or anchor, or a page missing from a file it names, fails the build.
+docs: $(VENV)/.installed-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(SITE_DIR)
+
 pytest: $(VENV)/.installed-test
 	$(BIN)/pytest $(PYTEST_ARGS)
 
@@ -62,4 +68,4 @@ bench: $(VENV)/.installed-all
 	$(BIN)/python benchmarks/executor_overhead.py
 
 clean:
-	rm -rf $(VENV) $(MOTO_VENV) kaliper-results .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MOTO_VENV) kaliper-results $(SITE_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -1,6 +1,6 @@
 """A 10,000-trial × 3-repetition sweep (30,000 runs) on Argo: what Kaliper compiles and what Argo would hold.
 
-Prints, beside the Argo/etcd limits they must stay under (sources in the README, "Large sweeps on Argo"):
+Prints, beside the Argo/etcd limits they must stay under (sources in docs/internals/argo.md):
 
 - compile time and size of the WorkflowTemplate, the Workflow and the KFP pipeline (JSON, as the API
   server receives them; Kaliper's own cap is MAX_OBJECT_BYTES);

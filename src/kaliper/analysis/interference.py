@@ -179,7 +179,7 @@ def probe_band(history: Mapping[str, Any] | _Dictable | None) -> ProbeBand | Non
     even the widest quiet machine measured would not explain. Without history (`None`), only the drift
     is judged, with that same assumed spread.
 
-    Figures. GPU VM (one H200, 16 vCPUs, Xeon; ../shared/data/gpu/README.md, 2026-11-26): 20 quiet calls
+    Figures. GPU VM (one H200, 16 vCPUs, Xeon; tests/data/gpu/README.md, 2026-11-26): 20 quiet calls
     back to back 39.9-59.0 GFLOP/s (59.0 / 39.9 = 1.48, hence 1.5); the 12 runs' quiet before/after
     rates 38.4-64.3. Under the old rule (1.15x against the median, or between the ends) 9 of 12 quiet
     runs were flagged; judged by this rule against the other 11 runs' 22 rates (the 3rd lowest and

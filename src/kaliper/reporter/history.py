@@ -3,7 +3,7 @@
 Scheduled runs of a spec leave one experiment each; every trial's result carries a fingerprint
 (kaliper.reporter.fingerprint). A series is the medians of one fingerprint and metric in experiment
 order. Each new point is judged against a rolling baseline (conbench's lookback z-score, see
-../shared/design/reference/benchmark-methodology.md, "Change points"):
+docs/reference/benchmark-methodology.md, "Change points"):
 
 - baseline: the trimmed mean (10% cut at each end) of up to `window` earlier points since the last
   confirmed step, outliers left out; s = their standard deviation (ddof 1). A point is judged only with

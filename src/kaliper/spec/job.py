@@ -70,8 +70,8 @@ NodeSelector = Annotated[dict[str, str], AfterValidator(_node_selector)]
 class ResourcesSpec(StrictModel):
     """Requests = limits (Guaranteed QoS): CPU limits below requests cause CFS throttling artefacts."""
 
-    cpu: str | None = None
-    memory: str | None = None
+    cpu: str | None = Field(None, description="CPU cores of each replica: 2, 0.5 or 500m (at most 4096)")
+    memory: str | None = Field(None, description="memory of each replica: 512Mi or 4Gi (at most 64Ti)")
     gpu: int = Field(0, ge=0, le=MAX_GPUS, strict=True, description="nvidia.com/gpu")
 
     @field_validator("cpu", mode="before")
@@ -88,11 +88,23 @@ class ResourcesSpec(StrictModel):
 class Toleration(StrictModel):
     """A Kubernetes pod toleration (core/v1), for nodes reserved by taints (GPU pools, benchmark nodes)."""
 
-    key: str | None = None
-    operator: Literal["Equal", "Exists"] = "Equal"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = Field(None, ge=0, strict=True, alias="tolerationSeconds")
+    key: str | None = Field(
+        None, description="taint key (a qualified name); null with operator Exists: every taint"
+    )
+    operator: Literal["Equal", "Exists"] = Field(
+        "Equal", description="Equal: the taint's value must be `value`; Exists: any value"
+    )
+    value: str | None = Field(None, description="taint value to match (operator Equal)")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="taint effect to tolerate; null: every effect"
+    )
+    toleration_seconds: int | None = Field(
+        None,
+        ge=0,
+        strict=True,
+        alias="tolerationSeconds",
+        description="NoExecute only: how long the pod stays on the node once tainted; null: for ever",
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -123,17 +135,35 @@ class Toleration(StrictModel):
 
 
 class JobSpec(StrictModel):
-    kind: Literal["PyTorchJob", "TFJob"] = "PyTorchJob"
-    replicas: dict[str, Annotated[int, Field(ge=1, le=1024, strict=True)]] = Field(
-        default_factory=lambda: {"Master": 1}
+    kind: Literal["PyTorchJob", "TFJob"] = Field(
+        "PyTorchJob", description="PyTorchJob (Master/Worker) or TFJob (Chief/Master/PS/Worker/Evaluator)"
     )
-    image: str = f"ghcr.io/kaliper-dev/kaliper-pytorch:{__version__}"
-    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    replicas: dict[str, Annotated[int, Field(ge=1, le=1024, strict=True)]] = Field(
+        default_factory=lambda: {"Master": 1},
+        description="replica type → count, e.g. {Master: 1, Worker: 1}",
+    )
+    image: str = Field(
+        f"ghcr.io/kaliper-dev/kaliper-pytorch:{__version__}",
+        description="image of the job's containers, pinned (a version tag or a digest, never `latest`)",
+    )
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec, description="requests = limits of each replica (Guaranteed QoS)"
+    )
     timeout: Duration = Field(1800.0, description="activeDeadlineSeconds of the job")
-    namespace: str | None = None
-    service_account: str | None = None
-    node_selector: NodeSelector = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
+    namespace: str | None = Field(
+        None,
+        description="namespace of the benchmark jobs and the compiled workflow (a DNS-1123 label); null: "
+        "the one they are applied in",
+    )
+    service_account: str | None = Field(
+        None, description="service account of the benchmark pods; null: the namespace's default"
+    )
+    node_selector: NodeSelector = Field(
+        default_factory=dict, description="node labels the benchmark pods must match"
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=64, description="taints the benchmark pods tolerate"
+    )
     success_policy: Literal["", "AllWorkers"] = Field("", description="TFJob only")
 
     @field_validator("image")

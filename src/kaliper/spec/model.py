@@ -53,9 +53,21 @@ class SamplingSpec(StrictModel):
     min_samples: int = Field(
         10, ge=6, le=10_000_000, strict=True, description="at least 6 for a finite 95% CI of the median"
     )
-    max_samples: int = Field(2000, ge=6, le=10_000_000, strict=True)
+    max_samples: int = Field(
+        2000,
+        ge=6,
+        le=10_000_000,
+        strict=True,
+        description="stop after this many timed samples, whether or not the CI target was reached",
+    )
     max_time: Duration = Field(60.0, description="budget for the timed samples of one run")
-    confidence: float = Field(0.95, gt=0.5, lt=1, strict=True)
+    confidence: float = Field(
+        0.95,
+        gt=0.5,
+        lt=1,
+        strict=True,
+        description="confidence level of the CI of the median the rule judges",
+    )
     interference: InterferenceSpec = Field(
         default_factory=InterferenceSpec,
         description="when a run counts as contended (thresholds), quiet runs needed, contended re-runs",
@@ -86,8 +98,12 @@ class WorkflowSpec(StrictModel):
         "kaliper-results", description="PVC mounted at the storage path when the storage is file://"
     )
     timezone: str = Field("UTC", description="time zone of `schedule` (IANA name)")
-    node_selector: NodeSelector = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
+    node_selector: NodeSelector = Field(
+        default_factory=dict, description="node labels the step pods must match"
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=64, description="taints the step pods tolerate"
+    )
 
     @field_validator("image")
     @classmethod
@@ -131,15 +147,45 @@ class WorkflowSpec(StrictModel):
 
 class BenchmarkSpec(StrictModel):
     name: str = Field(description="DNS-1123 label, at most 30 characters; experiment ids derive from it")
-    description: Text = None
-    workload: WorkloadSpec
-    matrix: Annotated[dict[str, list[Scalar]], AfterValidator(param_names)] = Field(default_factory=dict)
-    repetitions: StrictInt = Field(3, ge=1, le=1000)
-    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
-    job: JobSpec = Field(default_factory=JobSpec)
-    stacks: list[StackSpec] = Field(default_factory=list, max_length=100)
-    storage: str = DEFAULT_STORAGE_URL
-    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    description: Text = Field(
+        None,
+        description="free text about the benchmark (at most 4,096 characters); on a cluster the "
+        "WorkflowTemplate's description annotation and the KFP pipeline's description",
+    )
+    workload: WorkloadSpec = Field(
+        description="what runs: a built-in workload, your own job's `command`, or a jsonnet `template`"
+    )
+    matrix: Annotated[dict[str, list[Scalar]], AfterValidator(param_names)] = Field(
+        default_factory=dict,
+        description="parameter name → list of values; every combination of the lists is one trial "
+        "(t000, t001, ...)",
+    )
+    repetitions: StrictInt = Field(
+        3, ge=1, le=1000, description="independent job runs per trial (fresh processes): the statistical unit"
+    )
+    sampling: SamplingSpec = Field(
+        default_factory=SamplingSpec,
+        description="the sampling rule (when a run's timed samples stop) and interference detection",
+    )
+    job: JobSpec = Field(
+        default_factory=JobSpec,
+        description="the TFJob/PyTorchJob each run is: replicas, image, resources, deadline, placement",
+    )
+    stacks: list[StackSpec] = Field(
+        default_factory=list,
+        max_length=100,
+        description="software stacks to compare: every trial runs once per stack, and the report compares "
+        "each stack with the first",
+    )
+    storage: str = Field(
+        DEFAULT_STORAGE_URL,
+        description="where results go: file://PATH (a local directory or a mounted PVC) or "
+        "s3://BUCKET[/PREFIX]; --storage overrides it",
+    )
+    monitoring: MonitoringSpec = Field(
+        default_factory=MonitoringSpec,
+        description="the Pushgateway for live metrics and the Prometheus for resource use",
+    )
     s3: S3Spec = Field(
         default_factory=S3Spec, description="endpoint, region and credential Secret for s3:// storage"
     )
@@ -147,8 +193,15 @@ class BenchmarkSpec(StrictModel):
         default_factory=ReportSpec,
         description="what each report compares against (baseline), and how strictly",
     )
-    schedule: str | None = None
-    workflow: WorkflowSpec = Field(default_factory=WorkflowSpec)
+    schedule: str | None = Field(
+        None,
+        description="standard 5-field cron expression of scheduled runs on a cluster (`kaliper compile "
+        "--target cron`)",
+    )
+    workflow: WorkflowSpec = Field(
+        default_factory=WorkflowSpec,
+        description="how the cluster front-ends run the steps; `kaliper run` ignores it",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -37,9 +37,16 @@ RESERVED_NAMES = frozenset(
 class StackSpec(StrictModel):
     """One software stack to compare: an image (cluster), pinned requirements, an interpreter, env."""
 
-    name: str
-    image: str | None = None
-    requirements: list[str] = Field(default_factory=list, max_length=1000)
+    name: str = Field(description="a DNS label of at most 20 characters, unique in the spec")
+    image: str | None = Field(
+        None, description="what a cluster runs for this stack (pinned: a version tag or a digest)"
+    )
+    requirements: list[str] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="pip requirement specifiers, one per entry (no options); built into the stack's own "
+        "environment with uv",
+    )
     requirements_file: str | None = Field(
         None, description="a pip requirements file, relative to the spec (requirement lines and comments)"
     )

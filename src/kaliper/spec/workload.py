@@ -78,8 +78,10 @@ class MetricSpec(StrictModel):
 
     name: str = Field(description="metric name in records and reports (letters, digits, '_')")
     pattern: str = Field(description="Python regular expression; its first group is the value")
-    unit: str = Field("", max_length=64)
-    better: Literal["higher", "lower"] = "higher"
+    unit: str = Field("", max_length=64, description="unit shown with the figures, e.g. images/s")
+    better: Literal["higher", "lower"] = Field(
+        "higher", description="whether a higher or a lower value is better (the direction of comparisons)"
+    )
     skip_first: int = Field(0, ge=0, le=1_000_000, strict=True, description="leading matches are warm-up")
     replicas: Literal["primary", "all"] = Field("primary", description="whose output is read")
 
@@ -120,9 +122,22 @@ class WorkloadSpec(StrictModel):
     workdir: str | None = Field(
         None, description="local runs: working directory, relative to the spec file (default: its directory)"
     )
-    framework: Literal["pytorch", "tensorflow", "numpy"] = "pytorch"
-    params: Annotated[dict[str, Scalar], AfterValidator(param_names)] = Field(default_factory=dict)
-    metrics: list[MetricSpec] = Field(default_factory=list, max_length=100)
+    framework: Literal["pytorch", "tensorflow", "numpy"] = Field(
+        "pytorch",
+        description="the framework the workload uses: the job kind (TFJob for tensorflow, PyTorchJob "
+        "otherwise) and whose version the records name",
+    )
+    params: Annotated[dict[str, Scalar], AfterValidator(param_names)] = Field(
+        default_factory=dict,
+        description="fixed parameters; {name} in `command` is replaced by the value; a built-in workload "
+        "checks them against its declared parameters",
+    )
+    metrics: list[MetricSpec] = Field(
+        default_factory=list,
+        max_length=100,
+        description="how figures are read from your job's output (regular expressions); not with "
+        "`metrics_format`",
+    )
     metrics_format: Literal["mllog", "jsonl"] | None = Field(
         None, description="mllog: MLPerf :::MLLOG lines; jsonl: lines in $KALIPER_METRICS_FILE"
     )

@@ -7,7 +7,7 @@ adds a Retry node and a Pod node to the Workflow's `status.nodes`. Argo keeps a 
 MAX_WORKFLOW_SIZE (1 MiB of JSON, `workflow/packer/packer.go`), compressing `status.nodes` beyond that and
 failing the workflow ("workflow is longer than maximum allowed size") when even the compressed status
 does not fit and no database is configured for node status offloading. etcd refuses any request over
-1.5 MiB (`--max-request-bytes`). The README ("Large sweeps on Argo") lists the sources.
+1.5 MiB (`--max-request-bytes`). docs/internals/argo.md ("Argo's limits") lists the sources.
 
 Chunked shape (above the threshold): configure writes the runs into storage in at most MAX_CHUNKS chunks
 and outputs only `[{chunk, sha256}]`; one `launch-chunk` node per chunk launches its runs. The node

@@ -26,8 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from kaliper.monitoring.metrics import REPORT_TIMESTAMP, SUMMARY_JOB  # noqa: E402
-from kaliper.reporter.push_summary import FAMILIES, push_summary, summary_groups  # noqa: E402
 from kaliper.reporter.report import Report  # noqa: E402
+from kaliper.reporter.writers.push_summary import FAMILIES, push_summary, summary_groups  # noqa: E402
 from kaliper.storage import open_storage  # noqa: E402
 from prom_services import Pushgateway  # noqa: E402
 from wide_report import small_report, widen  # noqa: E402

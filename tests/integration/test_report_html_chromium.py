@@ -23,9 +23,9 @@ from kaliper.execution.pipeline import run_spec
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import Side, compare_results
 from kaliper.reporter.formatting import format_number as num
-from kaliper.reporter.html import report_html
-from kaliper.reporter.html_page import page_shell
 from kaliper.reporter.report import Report, build_report
+from kaliper.reporter.writers.html import report_html
+from kaliper.reporter.writers.html_page import page_shell
 from kaliper.spec import load_spec
 from kaliper.spec.services import ReportSpec
 from kaliper.storage import open_storage

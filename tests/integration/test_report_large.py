@@ -13,11 +13,11 @@ from kaliper.reporter import write_report
 from kaliper.reporter.aggregate import ENV_WORKERS, load_experiment, report_workers
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.gpu import DETAIL_TRIALS
-from kaliper.reporter.html import report_html
-from kaliper.reporter.outputs import report_markdown, results_csv
-from kaliper.reporter.parquet import results_parquet
 from kaliper.reporter.report import Report
 from kaliper.reporter.summary import summary_document
+from kaliper.reporter.writers.html import report_html
+from kaliper.reporter.writers.outputs import report_markdown, results_csv
+from kaliper.reporter.writers.parquet import results_parquet
 from kaliper.spec.services import ReportSpec
 from kaliper.storage import Storage, layout, open_storage
 from synthetic import build_records, plan_spec, sweep_doc, write_experiment

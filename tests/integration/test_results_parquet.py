@@ -26,7 +26,7 @@ import yaml
 
 from conftest import EXAMPLES, CliRunner
 from kaliper.analysis.statistics import hierarchical_bootstrap_median
-from kaliper.reporter.parquet import PARQUET_SCHEMA
+from kaliper.reporter.writers.parquet import PARQUET_SCHEMA
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

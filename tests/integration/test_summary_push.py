@@ -15,8 +15,8 @@ from kaliper.monitoring.metrics import SUMMARY_JOB
 from kaliper.reporter import write_report
 from kaliper.reporter.aggregate import load_experiment
 from kaliper.reporter.fingerprint import fingerprint
-from kaliper.reporter.push_summary import push_summary
 from kaliper.reporter.report import build_report
+from kaliper.reporter.writers.push_summary import push_summary
 from kaliper.spec import load_spec
 from kaliper.storage import open_storage
 from prom_services import Pushgateway, free_port, pushgateway_fixture  # noqa: F401 - registers the fixture

@@ -23,7 +23,7 @@ from kaliper.reporter import build_report, write_report
 from kaliper.reporter.aggregate import load_experiment
 from kaliper.reporter.compare import compare_document, compare_experiments, compare_markdown
 from kaliper.reporter.history import analyse, history_document, load_history
-from kaliper.reporter.push_summary import summary_groups
+from kaliper.reporter.writers.push_summary import summary_groups
 from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.results.summary import load_summary
 from kaliper.storage import Storage, layout, open_storage

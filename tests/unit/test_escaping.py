@@ -20,10 +20,10 @@ import yaml
 
 from kaliper.configurator import write_plan
 from kaliper.reporter.formatting import csv_cell, md_fence, md_text
-from kaliper.reporter.html import report_html
-from kaliper.reporter.html_page import SCRIPT
-from kaliper.reporter.outputs import report_markdown, results_csv
 from kaliper.reporter.report import Report, build_report
+from kaliper.reporter.writers.html import report_html
+from kaliper.reporter.writers.html_page import SCRIPT
+from kaliper.reporter.writers.outputs import report_markdown, results_csv
 from kaliper.results.documents import FailureInfo, to_document
 from kaliper.storage import layout, open_storage
 from report_markup import Tags, table_cells

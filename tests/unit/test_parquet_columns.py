@@ -1,4 +1,4 @@
-"""results.parquet's columns built from buffers (kaliper.reporter.arrow_columns): the arrays `pa.array`
+"""results.parquet's columns built from buffers (kaliper.reporter.writers.arrow_columns): the arrays `pa.array`
 makes, without importing pandas; and the file's bytes do not depend on how many trials a chunk holds."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
-import kaliper.reporter.parquet as parquet
-from kaliper.reporter.arrow_columns import arrow_column, indices, list_column
+import kaliper.reporter.writers.parquet as parquet
 from kaliper.reporter.report import build_report
+from kaliper.reporter.writers.arrow_columns import arrow_column, indices, list_column
 from kaliper.storage import open_storage
 from synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
@@ -62,7 +62,7 @@ def test_no_pandas_is_imported() -> None:
         import sys
         import numpy as np
         import pyarrow as pa, pyarrow.parquet as pq
-        from kaliper.reporter.arrow_columns import arrow_column, indices, list_column
+        from kaliper.reporter.writers.arrow_columns import arrow_column, indices, list_column
         arrays = [arrow_column(["a", None], "string"), arrow_column([1, None], "int32"),
                   arrow_column([True, None], "bool"), list_column([np.array([1.0]), None])]
         table = pa.Table.from_arrays(arrays, names=list("abcd")).take(indices([1, 0]))

@@ -1,5 +1,5 @@
 """Rows of results.csv and results.parquet made by the processes that load the trials
-(kaliper.reporter.prepared) give the files a single process writes, byte for byte, and are used only
+(kaliper.reporter.writers.prepared) give the files a single process writes, byte for byte, and are used only
 where true to the whole experiment."""
 
 from __future__ import annotations
@@ -12,9 +12,14 @@ import pytest
 
 import kaliper.reporter.aggregate as aggregate
 from kaliper.reporter import REPORT_FILES, build_report, write_report
-from kaliper.reporter.outputs import csv_shape, results_csv
-from kaliper.reporter.parquet import parquet_part, results_parquet, results_table
-from kaliper.reporter.prepared import PreparedOutputs, prepare_outputs, take_csv_parts, take_parquet_parts
+from kaliper.reporter.writers.outputs import csv_shape, results_csv
+from kaliper.reporter.writers.parquet import parquet_part, results_parquet, results_table
+from kaliper.reporter.writers.prepared import (
+    PreparedOutputs,
+    prepare_outputs,
+    take_csv_parts,
+    take_parquet_parts,
+)
 from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.storage import Storage, layout, open_storage
 from synthetic import build_records, plan_spec, runs_of, sweep_doc, write_experiment

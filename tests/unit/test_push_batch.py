@@ -17,7 +17,13 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kaliper.monitoring.metrics import RESULT_CI_HIGH, RESULT_CI_LOW, RESULT_MEDIAN, RESULT_RUNS, SUMMARY_JOB
-from kaliper.reporter.push_summary import FAMILIES, exposition, group_url, push_summary, summary_groups
+from kaliper.reporter.writers.push_summary import (
+    FAMILIES,
+    exposition,
+    group_url,
+    push_summary,
+    summary_groups,
+)
 from kaliper.storage import open_storage
 from prom_services import Pushgateway
 from wide_report import T0, fingerprints_of, small_report, widen

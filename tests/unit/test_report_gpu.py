@@ -21,11 +21,11 @@ import pytest
 from kaliper.monitoring.gpu_window import GpuWindow
 from kaliper.monitoring.nvml import gpu_provenance
 from kaliper.reporter.gpu import clock_events_text, gpu_description, gpus_text
-from kaliper.reporter.html import report_html
-from kaliper.reporter.html_page import SCRIPT
-from kaliper.reporter.outputs import report_markdown
-from kaliper.reporter.plots import Line, timeline_svg
 from kaliper.reporter.report import Report, build_report
+from kaliper.reporter.writers.html import report_html
+from kaliper.reporter.writers.html_page import SCRIPT
+from kaliper.reporter.writers.outputs import report_markdown
+from kaliper.reporter.writers.plots import Line, timeline_svg
 from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.results.resources import store_resources
 from kaliper.results.summary import load_summary

@@ -6,8 +6,8 @@ import re
 from html.parser import HTMLParser
 
 from kaliper.reporter.formatting import format_number as num
-from kaliper.reporter.html_page import SCRIPT, page_shell
-from kaliper.reporter.plots import (
+from kaliper.reporter.writers.html_page import SCRIPT, page_shell
+from kaliper.reporter.writers.plots import (
     Box,
     BoxGroup,
     Point,

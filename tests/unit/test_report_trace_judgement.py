@@ -24,10 +24,10 @@ from kaliper.analysis.interference import InterferenceVerdict
 from kaliper.execution.trace_judgement import SpreadLimits, judge_recording, step_spread
 from kaliper.reporter import write_report
 from kaliper.reporter.aggregate import load_experiment
-from kaliper.reporter.html import report_html
-from kaliper.reporter.html_page import STYLE_CONTENDED
-from kaliper.reporter.outputs import report_markdown
 from kaliper.reporter.report import Report, build_report
+from kaliper.reporter.writers.html import report_html
+from kaliper.reporter.writers.html_page import STYLE_CONTENDED
+from kaliper.reporter.writers.outputs import report_markdown
 from kaliper.results.summary import load_summary
 from kaliper.results.views import Interner
 from kaliper.storage import Storage, dump_json, layout, open_storage

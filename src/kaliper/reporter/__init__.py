@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kaliper.errors import InputError
-from kaliper.reporter.html import report_html
-from kaliper.reporter.outputs import report_markdown, results_csv
-from kaliper.reporter.parquet import results_parquet
-from kaliper.reporter.prepared import prepare_outputs, take_csv_parts, take_parquet_parts
-from kaliper.reporter.push_summary import push_summary
 from kaliper.reporter.report import Report, build_report
+from kaliper.reporter.writers.html import report_html
+from kaliper.reporter.writers.outputs import report_markdown, results_csv
+from kaliper.reporter.writers.parquet import results_parquet
+from kaliper.reporter.writers.prepared import prepare_outputs, take_csv_parts, take_parquet_parts
+from kaliper.reporter.writers.push_summary import push_summary
 from kaliper.storage import Storage, dump_json, layout
 
 REPORT_FILES = ("summary.json", "results.csv", "results.parquet", "report.md", "report.html")
@@ -84,7 +84,7 @@ def write_report(
     """
     report = build_report(storage, experiment_id, include_contended, prepare_outputs)
     # results.parquet first: its Arrow buffers peak while no other file is held yet. Rows made where the
-    # trials were loaded (kaliper.reporter.prepared) are used where true to the whole experiment.
+    # trials were loaded (kaliper.reporter.writers.prepared) are used where true to the whole experiment.
     parquet = results_parquet(report, take_parquet_parts(report.result))
     files = {
         "summary.json": dump_json(report.summary),

@@ -338,7 +338,7 @@ def in_declared_order(metrics: dict[str, TrialMetric], workload: dict[str, Any])
 
 
 # What a pool's process also makes of the trials it loaded (experiment id, trials): a module-level
-# function, sent by reference (kaliper.reporter.prepared.prepare_outputs).
+# function, sent by reference (kaliper.reporter.writers.prepared.prepare_outputs).
 Prepare = Callable[[str, list[TrialResult]], Any]
 # A chunk of trials to load in a pool's process: (experiment, trial ids, their keys by run or None,
 # include_contended, light, prepare).
@@ -369,7 +369,7 @@ def load_experiment(
     Trials are independent, so large experiments are loaded by several processes (`pool`, else
     `workers`, default `report_workers`), chunks of trials each, in order: the result is the same for any
     number of processes. `prepare`: where several processes load it, what each also makes of its chunk
-    (kaliper.reporter.prepared: its rows of the report's files), in `prepared`, one per chunk in order.
+    (kaliper.reporter.writers.prepared: its rows of the report's files), in `prepared`, one per chunk in order.
     """
     experiment = read_experiment(storage, experiment_id)
     # Keys grouped by run, so each run looks only at its own (linear in the experiment): where listing is

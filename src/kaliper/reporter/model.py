@@ -119,7 +119,7 @@ class ExperimentResult:
     trials: list[TrialResult]
     include_contended: bool = False
     # Parts of the report's files made where the trials were loaded, one per chunk of trials in order
-    # (kaliper.reporter.prepared); None: none, or no longer true to the runs (the writers make them).
+    # (kaliper.reporter.writers.prepared); None: none, or no longer true to the runs (the writers make them).
     prepared: list[Any] | None = None
 
     @property

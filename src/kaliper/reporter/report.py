@@ -48,7 +48,7 @@ def build_report(
 
     A large experiment is loaded by processes started here, before it is (kaliper.reporter.workers),
     and its baseline by the same ones; each also makes `prepare` of the trials it loaded (the writers'
-    rows: kaliper.reporter.prepared), kept in `result.prepared` while the runs are as loaded."""
+    rows: kaliper.reporter.writers.prepared), kept in `result.prepared` while the runs are as loaded."""
     experiment = read_experiment(storage, experiment_id)
     pool = pool_for(storage, len(experiment.trials) * experiment.repetitions)
     try:

@@ -1,6 +1,6 @@
 """The report's summary.json (`kaliper.summary/v2`) as a model, for the readers of stored reports.
 
-The reporter (kaliper.reporter.outputs) builds the document as plain dicts; `kaliper history` and other
+The reporter (kaliper.reporter.writers.outputs) builds the document as plain dicts; `kaliper history` and other
 readers load it here, so a summary of another version, or one with unknown fields, is refused with the
 file named instead of being misread. Timestamps stay the ISO strings the reporter wrote (a datetime
 would come back spelled differently), and parts whose shape belongs to other documents (parameters,

@@ -5,8 +5,8 @@ string from records and specs is escaped where it is interpolated (plots.esc: ht
 text and attributes alike; table cells are escaped before `html_page.table`); nothing untrusted goes
 inside the `<style>` or `<script>` elements, which are constants; a Content-Security-Policy allows no
 network fetches and only the page's own (hash-pinned) script, which marks `<body data-kaliper-ready="1">`
-once it ran, so even a missed escape could not run a script (kaliper.reporter.html_page). The "Resource
-use" section is kaliper.reporter.html_resources'.
+once it ran, so even a missed escape could not run a script (kaliper.reporter.writers.html_page). The "Resource
+use" section is kaliper.reporter.writers.html_resources'.
 
 Runs judged contended (environment.json) are marked in their trial's run table (`class="contended"`) and
 each trial says how many were left out and why; without environment documents the page is unchanged.
@@ -30,13 +30,19 @@ from kaliper.reporter.formatting import (
     workload_label,
 )
 from kaliper.reporter.gpu import ENERGY_NOTE, gpu_description, gpu_label, gpu_note
-from kaliper.reporter.html_page import DETAIL_FAILURES, STYLE_CONTENDED, detail_trials, page_shell, table
-from kaliper.reporter.html_resources import resource_section
-from kaliper.reporter.outputs import any_telemetry, efficiency_cell, efficiency_columns
-from kaliper.reporter.plots import Box, BoxGroup, Point, distribution_svg, esc, scaling_svg
 from kaliper.reporter.report import Report
 from kaliper.reporter.stackdiff import difference_lines, heading
 from kaliper.reporter.verdict_tables import sections
+from kaliper.reporter.writers.html_page import (
+    DETAIL_FAILURES,
+    STYLE_CONTENDED,
+    detail_trials,
+    page_shell,
+    table,
+)
+from kaliper.reporter.writers.html_resources import resource_section
+from kaliper.reporter.writers.outputs import any_telemetry, efficiency_cell, efficiency_columns
+from kaliper.reporter.writers.plots import Box, BoxGroup, Point, distribution_svg, esc, scaling_svg
 
 
 def _status(status: str) -> str:

@@ -11,7 +11,7 @@ import hashlib
 
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult
 from kaliper.reporter.gpu import DETAIL_TRIALS
-from kaliper.reporter.plots import esc
+from kaliper.reporter.writers.plots import esc
 
 SCRIPT = "document.body.setAttribute('data-kaliper-ready', '1');"
 STYLE = """

@@ -21,8 +21,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kaliper.reporter.outputs import CsvShape, csv_rows, csv_shape
-from kaliper.reporter.parquet import ParquetPart, parquet_part
+from kaliper.reporter.writers.outputs import CsvShape, csv_rows, csv_shape
+from kaliper.reporter.writers.parquet import ParquetPart, parquet_part
 
 if TYPE_CHECKING:
     from kaliper.reporter.model import ExperimentResult, TrialResult

@@ -9,9 +9,9 @@ from kaliper.errors import redactor
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult
 from kaliper.reporter.formatting import RESOURCE_COLUMNS, format_bytes, format_number, resource_figure
 from kaliper.reporter.gpu import plot_anchor, representative, series_text
-from kaliper.reporter.html_page import detail_trials, table
-from kaliper.reporter.outputs import any_telemetry, gpu_rows, gpu_section
-from kaliper.reporter.plots import Line, bars_svg, esc, timeline_svg
+from kaliper.reporter.writers.html_page import detail_trials, table
+from kaliper.reporter.writers.outputs import any_telemetry, gpu_rows, gpu_section
+from kaliper.reporter.writers.plots import Line, bars_svg, esc, timeline_svg
 
 
 def resource_section(result: ExperimentResult) -> list[str]:

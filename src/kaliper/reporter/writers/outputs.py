@@ -153,7 +153,7 @@ def csv_rows(trials: list[TrialResult], shape: CsvShape, whole: bool = True) -> 
 def results_csv(report: Report, parts: list[tuple[CsvShape, str]] | None = None) -> str:
     """One row per result record (every replica of every run, failures included); with environment
     documents, the run's interference verdict and reason in two more columns; with several stacks,
-    the stack's name last. `parts`: the rows already written part by part (kaliper.reporter.prepared),
+    the stack's name last. `parts`: the rows already written part by part (kaliper.reporter.writers.prepared),
     used where every part was written for this very shape."""
     trials = report.result.trials
     shape = csv_shape(trials)

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult
-from kaliper.reporter.arrow_columns import arrow_column, indices, list_column
 from kaliper.reporter.contended import run_reason
 from kaliper.reporter.fingerprint import fingerprint
 from kaliper.reporter.report import Report
+from kaliper.reporter.writers.arrow_columns import arrow_column, indices, list_column
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -181,7 +181,7 @@ def results_schema(experiment: str, kinds: dict[str, str]) -> pa.Schema:
 @dataclass(frozen=True)
 class ParquetPart:
     """The rows of a part of an experiment's trials (in their order), made where they were loaded
-    (kaliper.reporter.prepared): usable where the parameter columns are the whole experiment's."""
+    (kaliper.reporter.writers.prepared): usable where the parameter columns are the whole experiment's."""
 
     kinds: dict[str, str]
     keys: list[tuple[str, int, str]]  # each row's sort key

@@ -382,9 +382,15 @@ def test_failed_job_names_the_failing_replica_with_its_log_tail(tmp_path: Path, 
     assert tail[-1].startswith(
         "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed"
     )
-    (log,) = server.received("GET", "/log")
-    assert log.path == f"/api/v1/namespaces/bench/pods/{name}-worker-1/log"
-    assert (log.query["container"], log.query["tailLines"]) == ("pytorch", "50")
+    # The failing container's tail first, then each replica without a record read once (bounded) for a
+    # record it printed because storing failed (kaliper.execution.recorder: the same rule as locally).
+    tail_read, *whole = server.received("GET", "/log")
+    assert tail_read.path == f"/api/v1/namespaces/bench/pods/{name}-worker-1/log"
+    assert (tail_read.query["container"], tail_read.query["tailLines"]) == ("pytorch", "50")
+    assert sorted(r.path.rsplit("/", 2)[-2] for r in whole) == [
+        f"{name}-{r}" for r in ("master-0", "worker-0", "worker-1")
+    ]
+    assert all(r.query.get("limitBytes") == str(MAX_LOG_BYTES) for r in whole)
     assert not any(r.watch for r in server.requests)  # already Failed when first listed
     assert (
         doc.phases["finished"] is not None

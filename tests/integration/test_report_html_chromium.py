@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from conftest import skip_or_fail
 from kaliper.cli.pipeline import run_spec
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.compare import Side, compare_results
@@ -28,6 +27,7 @@ from kaliper.reporter.report import Report, build_report
 from kaliper.spec import load_spec
 from kaliper.spec.services import ReportSpec
 from kaliper.storage import open_storage
+from tests.support.services import skip_or_fail
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from kaliper.reporter.report import Report
 from kaliper.reporter.summary import summary_document
 from kaliper.spec.services import ReportSpec
 from kaliper.storage import Storage, layout, open_storage
-from synthetic import build_records, plan_spec, sweep_doc, write_experiment
+from tests.support.synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 
 def experiment(tmp_path: Path, trials: int, repetitions: int) -> tuple[Storage, str]:

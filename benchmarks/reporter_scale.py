@@ -1,6 +1,6 @@
 """Can the reporter handle 100,000 result records (about 1M samples) in under 60 s and 2 GB?
 
-The experiment is built by tests/synthetic.py, through Kaliper's own code: quickstart.yaml
+The experiment is built by tests/support/synthetic.py, through Kaliper's own code: quickstart.yaml
 with a `matrix_size` sweep configured by the configurator (records / repetitions trials), one
 `kaliper.result/v1` record per run made by the workload runtime's `build_record` from a synthetic
 pi-matmul measurement (`--samples` timed samples, log-normal), a launch.json per run, all written to a

@@ -1,7 +1,7 @@
 """The reporter on s3:// storage: documents read ahead concurrently vs one `get` at a time.
 
 On an object store each read is a network round trip; the reporter fetches the next trials' documents
-with a thread pool (kaliper.storage.readahead). This builds a synthetic experiment (tests/synthetic.py)
+with a thread pool (kaliper.storage.readahead). This builds a synthetic experiment (tests/support/synthetic.py)
 on a `moto_server` it starts on 127.0.0.1 (from `.venv-moto`, installed by `make services`), then runs
 `write_report` in fresh interpreters twice: as shipped, and with the read-ahead replaced by plain
 `get`s (the baseline), and prints both wall times and their ratio. A second experiment name is used for
@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "benchmarks"), str(REPO / "tests")]
+sys.path[:0] = [str(REPO / "benchmarks"), str(REPO)]
 
 from storage_scale import run_child, s3_storage  # noqa: E402
 
-from synthetic import build_records, plan_experiment, write_experiment  # noqa: E402
+from tests.support.synthetic import build_records, plan_experiment, write_experiment  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,8 @@
 """The report's Pushgateway summary push for 10,000 fingerprints: how many requests, how long.
 
-A real `prometheus-pushgateway` on a free port (tests/prom_services.py) and a real report: one small
+A real `prometheus-pushgateway` on a free port (tests/support/prom_services.py) and a real report: one small
 synthetic experiment reported by Kaliper's reporter, its trial repeated with 10,000 parameter values
-(tests/wide_report.py), so every trial has its own fingerprint. `push_summary` pushes it; the request
+(tests/support/wide_report.py), so every trial has its own fingerprint. `push_summary` pushes it; the request
 count is the gateway's own (`pushgateway_http_requests_total{handler="push"}`), the time is wall time of
 the push (building the registry, the body, the PUT, the gateway's parsing). `--per-fingerprint` pushes
 the same series the way Kaliper did before (one group, one PUT, per fingerprint) for comparison.
@@ -24,13 +24,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))  # tests.support
 from kaliper.monitoring.metrics import REPORT_TIMESTAMP, SUMMARY_JOB  # noqa: E402
 from kaliper.reporter.report import Report  # noqa: E402
 from kaliper.reporter.writers.push_summary import FAMILIES, push_summary, summary_groups  # noqa: E402
 from kaliper.storage import open_storage  # noqa: E402
-from prom_services import Pushgateway  # noqa: E402
-from wide_report import small_report, widen  # noqa: E402
+from tests.support.prom_services import Pushgateway  # noqa: E402
+from tests.support.wide_report import small_report, widen  # noqa: E402
 
 PUSHES = re.compile(
     r'^pushgateway_http_requests_total\{code="(\d+)",handler="push",method="(\w+)"\} (\S+)$', re.M

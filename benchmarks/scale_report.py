@@ -1,6 +1,6 @@
 """Does the reporter report 100,000 records in under 30 s cold and 15 s warm, under 1 GB?
 
-Two experiments of the same spec and size in one file:// storage, built by tests/synthetic.py through
+Two experiments of the same spec and size in one file:// storage, built by tests/support/synthetic.py through
 Kaliper's own code (benchmarks/reporter_scale.py's `prepare`: A, then B the same way; B's `previous`
 baseline is A). Each figure is one `write_report` in a fresh interpreter (wall time, peak RSS of it and
 of its worker processes), in one of two modes:

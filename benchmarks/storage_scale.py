@@ -64,8 +64,8 @@ import psutil
 from kaliper.storage import Storage, layout, open_storage
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-from synthetic import (  # noqa: E402  (tests/synthetic.py: realistic experiments without running workloads)
+sys.path.insert(0, str(REPO))  # tests.support
+from tests.support.synthetic import (  # noqa: E402  (tests/support/synthetic.py: realistic experiments without running workloads)
     TIMED_SAMPLES,
     build_records,
     plan_experiment,
@@ -145,8 +145,8 @@ def measure_backend(storage: Storage, experiment_id: str, records: list[tuple[st
 
 @contextmanager
 def s3_storage(work: Path) -> Iterator[Storage]:
-    """An s3:// storage on a fresh moto_server (tests/s3_server.py's S3Server), stopped by PID after."""
-    from s3_server import S3Server, moto_server_binary  # type: ignore[import-not-found]
+    """An s3:// storage on a fresh moto_server (tests/support/s3_server.py's S3Server), stopped by PID after."""
+    from tests.support.s3_server import S3Server, moto_server_binary  # type: ignore[import-not-found]
 
     binary = moto_server_binary()
     if not (binary.is_file() and os.access(binary, os.X_OK)):

@@ -1,4 +1,6 @@
-"""Shared fixtures: the real `kaliper` CLI in a subprocess, and the upstream schemas (tests/data/schemas)."""
+"""Shared fixtures: the real `kaliper` CLI in a subprocess, and the upstream schemas (tests/data/schemas);
+the process-wide settings every test runs under; and the rule that everything under tests/integration/ is
+slow (tests/README.md). What tests import lives in tests/support/, not here."""
 
 from __future__ import annotations
 
@@ -6,16 +8,13 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "examples"
-# Upstream schemas, copied verbatim with their provenance (tests/data/schemas/README.md).
-SCHEMAS = REPO / "tests" / "data" / "schemas"
-REQUIRE_SERVICES = os.environ.get("KALIPER_REQUIRE_SERVICES") == "1"
+from tests.support.cli import CliRunner
+from tests.support.paths import SCHEMAS, TESTS
+
 # Local runs journal what they write in a spool (kaliper.storage.spool): keep the tests' out of ~/.cache.
 os.environ.setdefault("KALIPER_SPOOL_DIR", tempfile.mkdtemp(prefix="kaliper-test-spool-"))
 # Interference detection (issue 15) judges the machine the tests run on, which is shared: a test about
@@ -29,19 +28,20 @@ os.environ.setdefault("KALIPER_CALIBRATION_DIR", tempfile.mkdtemp(prefix="kalipe
 os.environ["KALIPER_STACKS_DIR"] = tempfile.mkdtemp(prefix="kaliper-test-stacks-")
 
 
-def skip_or_fail(reason: str) -> None:
-    """Skip on a laptop without the service; fail in CI, where KALIPER_REQUIRE_SERVICES=1."""
-    if REQUIRE_SERVICES:
-        pytest.fail(f"{reason} (KALIPER_REQUIRE_SERVICES=1 turns this skip into a failure)")
-    pytest.skip(reason)
+INTEGRATION = TESTS / "integration"
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/integration/ is slow, marked or not: `-m "not slow"` is the unit suite."""
+    for item in items:
+        if item.path.resolve().is_relative_to(INTEGRATION):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
 def schemas_dir() -> Path:
     return SCHEMAS
-
-
-CliRunner = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from kaliper.monitoring import prometheus as promq
 from kaliper.monitoring.prometheus import SETTLE_ENV, query_run
-from prom_services import Prometheus, Pushgateway
+from tests.support.prom_services import Prometheus, Pushgateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import CliRunner
 from kaliper.benchmarks.cnn.models_tf import ClusterConfig, params_digest
 from kaliper.benchmarks.measurement import Measurement
 from kaliper.errors import WorkloadError
@@ -22,6 +21,7 @@ from kaliper.jobs.manifest import replica_counts
 from kaliper.metrics.sampling import CONTINUE, MAX_TIME, SamplingRule, collect
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import ResultRecord, load_record
+from tests.support.cli import CliRunner
 
 IMAGE = "ghcr.io/kaliper-dev/kaliper-tensorflow:0.1.0"
 TINY = SamplingRule(warmup=2, target_rel_ci=0.5, min_samples=5, max_samples=8, max_time_s=3.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import CliRunner
+from tests.support.cli import CliRunner
 
 SPEC = """
 name: {name}

@@ -18,7 +18,7 @@ import yaml
 
 from kaliper.dashboards.build import LIVE_UID, RESULTS_UID
 from kaliper.dashboards.generate import DASHBOARD_DIR, dashboard_files
-from prom_services import find_binary
+from tests.support.prom_services import find_binary
 
 # Values for Grafana's variables: built-ins as Grafana renders them, dashboard variables as a selection
 # ("All" is `.*`, several values become an alternation).

@@ -21,7 +21,7 @@ import pytest
 
 from kaliper.results.record import ResultRecord, load_record
 from kaliper.storage import layout, open_storage
-from prom_services import Pushgateway, pushgateway_fixture  # noqa: F401 - the fixture registers itself
+from tests.support.prom_services import Pushgateway, pushgateway_fixture  # noqa: F401 - the fixture registers itself
 
 METRIC = "images_per_s=images/sec: ([0-9.]+)"
 

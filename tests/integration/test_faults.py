@@ -29,10 +29,10 @@ from typing import Any
 
 import pytest
 
-from conftest import skip_or_fail
 from kaliper.storage import layout
-from s3_server import BUCKET, S3Server, s3_server_fixture  # noqa: F401 - registers the `s3_server` fixture
-from tcp_proxy import TcpProxy
+from tests.support.s3_server import BUCKET, S3Server, s3_server_fixture  # noqa: F401 - registers the `s3_server` fixture
+from tests.support.services import skip_or_fail
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.slow
 

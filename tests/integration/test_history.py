@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import CliRunner
 from kaliper.cli.process import reporting
 from kaliper.execution.pipeline import run_spec
 from kaliper.reporter.history import detect, stack_diff
 from kaliper.results.record import load_record
 from kaliper.spec import load_spec
 from kaliper.storage import layout
+from tests.support.cli import CliRunner
 
 SPEC = """\
 name: hist

@@ -47,8 +47,8 @@ from kaliper.reporter.report import build_report
 from kaliper.results.documents import to_document
 from kaliper.storage import layout, open_storage
 from kaliper.storage.base import dump_json
-from prom_services import Prometheus, find_binary, free_port
-from synthetic import build_records, launch_doc, plan_spec, runs_of, write_experiment
+from tests.support.prom_services import Prometheus, find_binary, free_port
+from tests.support.synthetic import build_records, launch_doc, plan_spec, runs_of, write_experiment
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.usefixtures("interference_on")]
 

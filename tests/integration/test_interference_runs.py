@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CliRunner
 from kaliper.configurator import configure, write_plan
 from kaliper.execution.calibration import CalibrationStore
 from kaliper.execution.local_job import ReplicaProcess
@@ -25,6 +24,7 @@ from kaliper.execution.preflight import preflight
 from kaliper.reporter.aggregate import load_experiment
 from kaliper.spec import load_spec
 from kaliper.storage import layout, open_storage
+from tests.support.cli import CliRunner
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("interference_on")]
 

@@ -19,7 +19,7 @@ import pytest
 
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import ResultRecord, load_record
-from report_runs import trial_runs
+from tests.support.report_runs import trial_runs
 
 pytestmark = pytest.mark.slow
 

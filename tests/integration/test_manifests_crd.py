@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from k8s_schemas import assert_valid, crd_problems
 from kaliper.configurator import configure
 from kaliper.configurator.render import BUILTIN_TEMPLATES
 from kaliper.errors import SpecError
 from kaliper.jobs.kubeflow import CONTAINER_NAME, LABEL_REPETITION
 from kaliper.jobs.manifest import for_repetition, replica_specs
 from kaliper.spec import LoadedSpec, load_spec, spec_from_text
+from tests.support.k8s_schemas import assert_valid, crd_problems
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart.yaml"
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 

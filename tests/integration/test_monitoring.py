@@ -27,7 +27,8 @@ from kaliper.monitoring.push import GROUPING_LABELS, METRIC_NAMES, LivePusher, P
 from kaliper.monitoring.sampler import GPU_FIGURES, GPU_METRICS, LocalSampler
 from kaliper.results.record import load_record
 from kaliper.storage import layout
-from prom_services import (  # noqa: F401 - the fixtures register themselves
+from tests.support.paths import DATA, REPO
+from tests.support.prom_services import (  # noqa: F401 - the fixtures register themselves
     Prometheus,
     Pushgateway,
     find_binary,
@@ -282,7 +283,7 @@ class FixedGpu:
 def h200_reading() -> dict[str, float]:
     """The real NVML reading of an H200 at its highest power draw, two processes running bf16 matmuls on
     it (tests/data/gpu), in the reader's units."""
-    data = json.loads((Path(__file__).parents[1] / "data/gpu/nvml-h200-2026-11-26.json").read_text())
+    data = json.loads((DATA / "gpu/nvml-h200-2026-11-26.json").read_text())
     first = max(data["scenarios"]["two_processes_matmul"], key=lambda r: r.get("power_mw") or 0)
     return {
         "gpu_utilization_percent": float(first["util"]["gpu"]),
@@ -358,7 +359,7 @@ def test_a_run_without_gpu_readings_pushes_no_gpu_group_and_says_so(pushgateway:
 
 def test_manifest_scrape_config_snippet_is_valid_prometheus_config() -> None:
     promtool = find_binary("promtool")
-    snippet = Path(__file__).resolve().parents[2] / "manifests/monitoring/prometheus-scrape-config.yaml"
+    snippet = REPO / "manifests/monitoring/prometheus-scrape-config.yaml"
     result = subprocess.run([promtool, "check", "config", str(snippet)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     job = yaml.safe_load(snippet.read_text())["scrape_configs"][0]

@@ -23,7 +23,7 @@ from kaliper.monitoring.sampler import LocalSampler
 from kaliper.reporter import write_report
 from kaliper.results.resources import load_resources
 from kaliper.storage import Storage, layout, open_storage
-from synthetic import build_records, plan_spec, sweep_doc, write_experiment
+from tests.support.synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 DEADLINE_S = 3.0
 T0 = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import CliRunner
-from report_runs import trial_runs
+from tests.support.cli import CliRunner
+from tests.support.report_runs import trial_runs
 
 SPEC = """\
 name: unconverged

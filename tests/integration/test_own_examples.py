@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import EXAMPLES
 from kaliper.results.record import ResultRecord, load_record
-from report_runs import parquet_runs
+from tests.support.paths import EXAMPLES
+from tests.support.report_runs import parquet_runs
 
 pytest.importorskip("torch")
 

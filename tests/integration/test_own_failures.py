@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from report_runs import trial_runs
+from tests.support.report_runs import trial_runs
 
 pytestmark = pytest.mark.slow
 

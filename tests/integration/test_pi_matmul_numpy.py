@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import EXAMPLES, CliRunner
 from kaliper.results.provenance import cpu_quota_cores
 from kaliper.results.record import ResultRecord, load_record
+from tests.support.cli import CliRunner
+from tests.support.paths import EXAMPLES
 
 QUICK = (
     "--warmup", "1", "--target-rel-ci", "0.5", "--min-samples", "6", "--max-samples", "40",

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from conftest import CliRunner
 from kaliper.benchmarks.measurement import Measurement
 from kaliper.benchmarks.pi import pi_conv2d_tf, pi_conv2d_torch, pi_import, pi_matmul_tf
 from kaliper.benchmarks.pi.pi_conv2d_torch import output_size, same_pads
 from kaliper.errors import WorkloadError
 from kaliper.metrics.sampling import SamplingRule
 from kaliper.results.record import load_record
+from tests.support.cli import CliRunner
 
 torch = pytest.importorskip("torch")
 QUICK = SamplingRule(warmup=1, target_rel_ci=0.5, min_samples=3, max_samples=5, max_time_s=1.0)

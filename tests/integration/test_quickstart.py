@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES, CliRunner
 from kaliper.analysis.statistics import hierarchical_bootstrap_median
 from kaliper.results.record import ResultRecord, load_record
-from report_runs import trial_runs
+from tests.support.cli import CliRunner
+from tests.support.paths import EXAMPLES
+from tests.support.report_runs import trial_runs
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """Each report compares its experiment with a baseline (spec `report:`), and its stacks with each other.
 
-Experiments are synthetic (tests/synthetic.py: configured by the configurator, records made by the
+Experiments are synthetic (tests/support/synthetic.py: configured by the configurator, records made by the
 workload runtime's build_record) with a known shift: `scale` multiplies every sample time.
 """
 
@@ -18,8 +18,8 @@ from kaliper.monitoring.metrics import RESULT_VERDICT
 from kaliper.reporter import write_report
 from kaliper.reporter.compare import compare_document, compare_experiments
 from kaliper.storage import Storage, layout, open_storage
-from prom_services import Pushgateway, pushgateway_fixture  # noqa: F401 - registers the fixture
-from synthetic import build_records, plan_spec, sweep_doc, write_experiment
+from tests.support.prom_services import Pushgateway, pushgateway_fixture  # noqa: F401 - registers the fixture
+from tests.support.synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 T0 = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from conftest import skip_or_fail
 from kaliper.cli.process import reporting
 from kaliper.execution.pipeline import run_spec
 from kaliper.reporter.baseline import ReportComparisons
@@ -29,6 +28,7 @@ from kaliper.reporter.writers.html_page import page_shell
 from kaliper.spec import load_spec
 from kaliper.spec.services import ReportSpec
 from kaliper.storage import open_storage
+from tests.support.services import skip_or_fail
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from kaliper.reporter.writers.outputs import report_markdown, results_csv
 from kaliper.reporter.writers.parquet import results_parquet
 from kaliper.spec.services import ReportSpec
 from kaliper.storage import Storage, layout, open_storage
-from synthetic import build_records, plan_spec, sweep_doc, write_experiment
+from tests.support.synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 
 def experiment(tmp_path: Path, trials: int, repetitions: int) -> tuple[Storage, str]:

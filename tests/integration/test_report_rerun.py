@@ -2,7 +2,7 @@
 report that differs (an older Kaliper's) is refused with exit 2 until `--replace`, which keeps the old
 files under report/replaced/<stamp>/. Only report files may ever be replaced.
 
-Experiments are synthetic (tests/synthetic.py: configured by the configurator, records made by the
+Experiments are synthetic (tests/support/synthetic.py: configured by the configurator, records made by the
 workload runtime's build_record); the CLI runs in a subprocess.
 """
 
@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from conftest import CliRunner
 from kaliper.errors import StorageError
 from kaliper.reporter import REPORT_FILES, ReportDiffersError, write_report
 from kaliper.storage import Storage, layout, open_storage
 from kaliper.storage.layout import is_replaceable
-from s3_server import S3Server, s3_server_fixture  # noqa: F401 - registers the `s3_server` fixture
-from synthetic import build_records, plan_spec, sweep_doc, write_experiment
+from tests.support.cli import CliRunner
+from tests.support.s3_server import S3Server, s3_server_fixture  # noqa: F401 - registers the `s3_server` fixture
+from tests.support.synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 T0 = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)
 QUIET = {"KALIPER_PROMETHEUS": "", "KALIPER_PUSHGATEWAY": ""}

@@ -20,8 +20,8 @@ from kaliper.reporter.report import run_window
 from kaliper.results.resources import load_resources
 from kaliper.spec import load_spec
 from kaliper.storage import layout, open_storage
-from prom_services import free_port
-from report_runs import parquet_runs
+from tests.support.prom_services import free_port
+from tests.support.report_runs import parquet_runs
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -24,9 +24,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import EXAMPLES, CliRunner
 from kaliper.analysis.statistics import hierarchical_bootstrap_median
 from kaliper.reporter.writers.parquet import PARQUET_SCHEMA
+from tests.support.cli import CliRunner
+from tests.support.paths import EXAMPLES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

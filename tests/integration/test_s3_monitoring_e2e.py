@@ -23,19 +23,19 @@ from typing import Any
 import psutil
 import pytest
 
-from conftest import CliRunner
 from kaliper.results.protocol import RESULT_LINE_PREFIX
 from kaliper.results.record import load_record
 from kaliper.storage import layout
-from prom_services import (  # noqa: F401 - the fixtures register themselves
+from tests.support.cli import CliRunner
+from tests.support.prom_services import (  # noqa: F401 - the fixtures register themselves
     Prometheus,
     Pushgateway,
     prometheus_fixture,
     pushgateway_fixture,
 )
-from report_runs import parquet_runs
-from s3_server import S3Server, experiment_of, run_objects, s3_server_fixture  # noqa: F401 - registers the fixture
-from tcp_proxy import TcpProxy
+from tests.support.report_runs import parquet_runs
+from tests.support.s3_server import S3Server, experiment_of, run_objects, s3_server_fixture  # noqa: F401 - registers the fixture
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from conftest import EXAMPLES, CliRunner
 from kaliper.analysis.terms import VERDICTS
 from kaliper.results.record import ResultRecord, load_record
+from tests.support.cli import CliRunner
+from tests.support.paths import EXAMPLES
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,6 @@ import pytest
 import urllib3.exceptions
 from minio.error import ServerError
 
-from conftest import CliRunner
 from kaliper.errors import InputError, NotFoundError, ObjectExistsError, StorageError, StorageURLError
 from kaliper.reporter.aggregate import load_experiment, run_medians
 from kaliper.results.protocol import RESULT_LINE_PREFIX, RunIdentity, failure_record, store_record
@@ -25,7 +24,8 @@ from kaliper.results.record import load_record
 from kaliper.storage import check_storage_url, dump_json, layout, open_storage
 from kaliper.storage.retry import RetryPolicy, is_transient, with_retries
 from kaliper.storage.s3 import S3Storage
-from s3_server import S3Server, experiment_of, run_objects, s3_server_fixture  # noqa: F401 - registers the `s3_server` fixture
+from tests.support.cli import CliRunner
+from tests.support.s3_server import S3Server, experiment_of, run_objects, s3_server_fixture  # noqa: F401 - registers the `s3_server` fixture
 
 FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
 

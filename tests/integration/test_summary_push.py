@@ -19,7 +19,7 @@ from kaliper.reporter.report import build_report
 from kaliper.reporter.writers.push_summary import push_summary
 from kaliper.spec import load_spec
 from kaliper.storage import open_storage
-from prom_services import Pushgateway, free_port, pushgateway_fixture  # noqa: F401 - registers the fixture
+from tests.support.prom_services import Pushgateway, free_port, pushgateway_fixture  # noqa: F401 - registers the fixture
 
 pytestmark = pytest.mark.timeout(300)
 

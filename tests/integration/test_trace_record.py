@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from conftest import EXAMPLES, CliRunner
 from kaliper.errors import TraceError
 from kaliper.trace.bundle import META_FILE, TRACE_FILE, TraceMeta, check_trace_file, parse_meta
+from tests.support.cli import CliRunner
+from tests.support.paths import EXAMPLES
 
 pytest.importorskip("torch")
 

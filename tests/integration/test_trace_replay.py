@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import EXAMPLES, CliRunner
 from kaliper.results.record import ResultRecord, load_record
 from kaliper.storage import open_storage
 from kaliper.trace.bundle import META_FILE, TRACE_FILE, TraceMeta, trace_id
+from tests.support.cli import CliRunner
+from tests.support.paths import EXAMPLES
 
 pytest.importorskip("torch")
 

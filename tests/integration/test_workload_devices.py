@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from conftest import CliRunner
 from kaliper.benchmarks.pi.pi_matmul_torch import run
 from kaliper.metrics.sampling import SamplingRule
+from tests.support.cli import CliRunner
 
 torch = pytest.importorskip("torch")
 QUICK = SamplingRule(warmup=2, target_rel_ci=0.5, min_samples=6, max_samples=12, max_time_s=2.0)

@@ -38,7 +38,7 @@ def plain_text(manifest: Any) -> bool:
     """Whether every string (key or value) is printable ASCII without spaces, keys are short and not
     empty, and no container appears twice: where libyaml's emitter writes what PyYAML's does (they
     differ on folding at spaces, line breaks, non-ASCII, long or empty keys; PyYAML writes `? ''` for an
-    empty key, libyaml `''`; tests/unit/test_configure_scale.py compares them)."""
+    empty key, libyaml `''`; tests/unit/configurator/test_configure_scale.py compares them)."""
     stack, seen = [manifest], set()
     while stack:
         value = stack.pop()

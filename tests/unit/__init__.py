@@ -1,0 +1,1 @@
+"""Unit tests, one folder per package of src/kaliper/ (tests/README.md)."""

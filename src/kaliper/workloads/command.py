@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
-from kaliper.jobs import env
+from kaliper import settings
 from kaliper.jobs.kubeflow import replica_name
 from kaliper.monitoring.push import Pusher, start_live_push
 from kaliper.results.protocol import RunIdentity, store_record
@@ -80,14 +80,14 @@ def is_primary(identity: RunIdentity, primary_type: str | None, environ: dict[st
         return not (rtype == "Master" and "chief" in cluster)
     if rtype != "Worker":
         return False
-    if environ.get("RANK", "0") not in ("", "0"):
+    if (settings.of(environ)[settings.RANK] or "0") not in ("", "0"):
         return False
     return not ({"chief", "master"} & set(_tf_cluster(environ)))
 
 
 def _tf_cluster(environ: dict[str, str]) -> dict[str, Any]:
     try:
-        cluster = json.loads(environ.get("TF_CONFIG", "") or "{}").get("cluster", {})
+        cluster = json.loads(settings.of(environ)[settings.TF_CONFIG] or "{}").get("cluster", {})
     except (ValueError, AttributeError):
         return {}
     return cluster if isinstance(cluster, dict) else {}
@@ -218,7 +218,9 @@ def run_command(
 ) -> int:
     """Run `argv` under the wrapper and store its record; the exit code described in the module doc."""
     identity = RunIdentity.from_env()
-    if env.EXPERIMENT not in os.environ:  # by hand: each run its own id, so records never collide
+    if (
+        settings.current()[settings.EXPERIMENT] is None
+    ):  # by hand: each run its own id, so records never collide
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         identity = dataclasses.replace(identity, experiment=f"exec-{stamp}-{secrets.token_hex(2)}")
     environ = dict(os.environ)

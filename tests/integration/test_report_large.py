@@ -53,7 +53,7 @@ def test_report_workers_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_WORKERS, "3")
     assert report_workers(10) == 3
     monkeypatch.setenv(ENV_WORKERS, "many")
-    with pytest.raises(InputError, match=f"{ENV_WORKERS}='many': expected a whole number"):
+    with pytest.raises(InputError, match=f"{ENV_WORKERS}: expected a whole number, found 'many'"):
         report_workers(10)
 
 

@@ -436,5 +436,5 @@ def test_retry_policy_from_env() -> None:
         }
     ) == RetryPolicy(attempts=2, base_delay=0.5, max_delay=1)
     for bad in ("0", "-1", "x", "2.5"):
-        with pytest.raises(StorageError, match="KALIPER_STORAGE_RETRIES"):
+        with pytest.raises(InputError, match="KALIPER_STORAGE_RETRIES"):
             RetryPolicy.from_env({"KALIPER_STORAGE_RETRIES": bad})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from kaliper import settings
 from kaliper.benchmarks.torch_support import set_thread_env
 from kaliper.errors import WorkloadError
 
@@ -35,8 +36,8 @@ def tf_threads(threads: int) -> dict[str, Any]:
         "resolved": resolved,
         "tf_intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
         "tf_inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-        "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+        "OMP_NUM_THREADS": settings.current()[settings.OMP_NUM_THREADS],
+        "TF_ENABLE_ONEDNN_OPTS": settings.current()[settings.TF_ENABLE_ONEDNN_OPTS],
     }
 
 
@@ -70,7 +71,7 @@ def tf_build_info() -> dict[str, Any]:
         info["build_info"] = {k: str(v) for k, v in tf.sysconfig.get_build_info().items()}
     except Exception as exc:  # build info is best-effort provenance, never a reason to fail a run
         info["build_info_error"] = str(exc)
-    info["onednn_enabled_env"] = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    info["onednn_enabled_env"] = settings.current()[settings.TF_ENABLE_ONEDNN_OPTS]
     return info
 
 

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from kaliper import settings
 from kaliper.benchmarks.measurement import Measurement, MetricDef
 from kaliper.errors import WorkloadError
 from kaliper.metrics.sampling import SampleSet
@@ -15,7 +16,7 @@ from kaliper.results.provenance import cpu_quota_cores, usable_cores
 def default_threads() -> int:
     """OMP_NUM_THREADS when the job template set it (from the job's CPU resources), else the CPUs this
     process may really use: affinity, capped by a cgroup (Kubernetes) CPU limit."""
-    from_env = os.environ.get("OMP_NUM_THREADS", "")
+    from_env = settings.current()[settings.OMP_NUM_THREADS] or ""
     if from_env.isdigit() and int(from_env) > 0:
         return int(from_env)
     cores = usable_cores() or 1
@@ -43,8 +44,8 @@ def torch_threads(threads: int) -> dict[str, Any]:
         "resolved": resolved,
         "torch_intra_op": torch.get_num_threads(),
         "torch_inter_op": torch.get_num_interop_threads(),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-        "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS"),
+        "OMP_NUM_THREADS": settings.current()[settings.OMP_NUM_THREADS],
+        "MKL_NUM_THREADS": settings.current()[settings.MKL_NUM_THREADS],
     }
 
 
@@ -105,7 +106,7 @@ def torch_gpu_settings() -> dict[str, Any]:
         ),
         "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
         "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cuda_visible_devices": settings.current()[settings.CUDA_VISIBLE_DEVICES],
     }
 
 

@@ -18,6 +18,7 @@ from typing import Annotated
 
 import typer
 
+from kaliper import settings
 from kaliper._version import __version__
 from kaliper.cli import cluster, compare, dashboards, history, run, stacks, steps, trace, workloads
 from kaliper.errors import KaliperError
@@ -48,6 +49,9 @@ def _root(
     ] = False,
 ) -> None:
     _state["debug"] = debug
+    # Every setting read once, before any command runs: a bad value is refused (exit 2) before anything
+    # is measured or written, also inside pods (`kaliper exec`, `kaliper workload`, `kaliper step`).
+    settings.load()
 
 
 for _group in GROUPS:

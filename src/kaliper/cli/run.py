@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kaliper import settings
 from kaliper.errors import InputError, Interrupted, RunsFailedError
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def run(
         str,
         typer.Option(
             "--preflight",
-            envvar="KALIPER_PREFLIGHT",
+            envvar=settings.PREFLIGHT.name,
             help="Before the first run, check that the machine is quiet (other processes' CPU, steal, the "
             "calibration probe against its history): `on` waits for it up to --preflight-wait then starts "
             "anyway (contended runs are flagged), `strict` refuses instead (exit 1, nothing written), `off`.",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kaliper import settings
 from kaliper.errors import TraceError
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def record(
         str,
         typer.Option(
             "--preflight",
-            envvar="KALIPER_PREFLIGHT",
+            envvar=settings.PREFLIGHT.name,
             help="Before each attempt, check that the machine is quiet, as `kaliper run` does: `on` waits "
             "up to --preflight-wait then records anyway (the recording is judged), `strict` refuses "
             "(exit 1), `off`.",

@@ -21,8 +21,6 @@ reference path, as plain jsonnet computes it, to compare against (the output is 
 from __future__ import annotations
 
 import json
-import os
-import re
 import select
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
+from kaliper import settings
 from kaliper.configurator.worker_process import (
     MEMORY_ENV,
     MEMORY_WORDS,
@@ -39,7 +38,7 @@ from kaliper.configurator.worker_process import (
     memory_error,
     which,
 )
-from kaliper.errors import InputError, TemplateError
+from kaliper.errors import TemplateError
 from kaliper.results.provenance import usable_cores
 
 LIBRARY_DIR = Path(__file__).resolve().parent / "templates"
@@ -47,16 +46,12 @@ BUILTIN_TEMPLATES = {
     "PyTorchJob": LIBRARY_DIR / "pytorchjob.libsonnet",
     "TFJob": LIBRARY_DIR / "tfjob.libsonnet",
 }
-REFERENCE_ENV: Final = "KALIPER_TEMPLATE_REFERENCE"
-DEFAULT_MEMORY: Final = 2 << 30
-DEFAULT_TIMEOUT_S: Final = 10.0
-MIN_MEMORY: Final = 256 << 20  # below this the Python interpreter of the worker cannot start
+REFERENCE_ENV: Final = settings.TEMPLATE_REFERENCE.name
+DEFAULT_MEMORY: Final = settings.TEMPLATE_MEMORY.default
+DEFAULT_TIMEOUT_S: Final = settings.TEMPLATE_TIMEOUT.default
 BATCH_SHARE: Final = 0.25  # a batch should take at most this share of the time limit
 MAX_BATCH: Final = 1000
 MAX_WORKERS: Final = 2
-_UNITS: Final = {"": 1, "k": 1 << 10, "ki": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mi": 1 << 20, "mib": 1 << 20,
-                 "g": 1 << 30, "gi": 1 << 30, "gib": 1 << 30}  # fmt: skip
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 __all__ = ["MEMORY_ENV", "TIMEOUT_ENV", "Limits", "TemplateEvaluator", "render_template"]
 
@@ -67,28 +62,10 @@ class Limits:
     timeout_s: float = DEFAULT_TIMEOUT_S
 
     @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Limits:
+    def from_environment(cls, environ: Mapping[str, str] | settings.Settings | None = None) -> Limits:
         """The limits `KALIPER_TEMPLATE_MEMORY` ("2GiB", "512Mi", bytes) and `KALIPER_TEMPLATE_TIMEOUT` (s) set."""
-        env = os.environ if environ is None else environ
-        memory, timeout = DEFAULT_MEMORY, DEFAULT_TIMEOUT_S
-        if env.get(MEMORY_ENV):
-            match = _SIZE.match(env[MEMORY_ENV])
-            unit = _UNITS.get(match.group(2).lower()) if match else None
-            if match is None or unit is None or float(match.group(1)) * unit < MIN_MEMORY:
-                raise InputError(
-                    f"{MEMORY_ENV}: expected a size of at least 256MiB such as 2GiB or 512MiB, found {env[MEMORY_ENV]!r}"
-                )
-            memory = int(float(match.group(1)) * unit)
-        if env.get(TIMEOUT_ENV):
-            try:
-                timeout = float(env[TIMEOUT_ENV])
-            except ValueError:
-                timeout = -1.0
-            if not 0 < timeout < 1e6:
-                raise InputError(
-                    f"{TIMEOUT_ENV}: expected seconds such as 10 or 2.5, found {env[TIMEOUT_ENV]!r}"
-                )
-        return cls(memory, timeout)
+        given = settings.of(environ)
+        return cls(given[settings.TEMPLATE_MEMORY], given[settings.TEMPLATE_TIMEOUT])
 
     def describe_memory(self) -> str:
         for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20)):
@@ -97,9 +74,9 @@ class Limits:
         return f"{self.memory_bytes} bytes"
 
 
-def reference_path(environ: Mapping[str, str] | None = None) -> bool:
+def reference_path(environ: Mapping[str, str] | settings.Settings | None = None) -> bool:
     """KALIPER_TEMPLATE_REFERENCE=1: no native functions, nothing shared, one worker (see the module)."""
-    return (os.environ if environ is None else environ).get(REFERENCE_ENV, "").strip() not in ("", "0")
+    return settings.of(environ)[settings.TEMPLATE_REFERENCE]
 
 
 def worker_count() -> int:

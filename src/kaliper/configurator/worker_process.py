@@ -17,11 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, Final
 
+from kaliper import settings
 from kaliper.errors import TemplateError
 
 WORKER = Path(__file__).resolve().parent / "jsonnet_worker.py"
-MEMORY_ENV: Final = "KALIPER_TEMPLATE_MEMORY"
-TIMEOUT_ENV: Final = "KALIPER_TEMPLATE_TIMEOUT"
+MEMORY_ENV: Final = settings.TEMPLATE_MEMORY.name
+TIMEOUT_ENV: Final = settings.TEMPLATE_TIMEOUT.name
 GRACE_S: Final = 5.0  # the parent kills a worker that overran its own alarm by this much
 MEMORY_WORDS: Final = ("bad_alloc", "MemoryError", "out of memory", "Cannot allocate memory")
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
-from kaliper.jobs import env
+from kaliper import settings
 from kaliper.jobs.kubeflow import canonical_replica_type, primary_replica, replica_name
 from kaliper.metrics.extraction import Extraction, Extractor
 from kaliper.metrics.lines import LineSplitter, text_lines
@@ -89,14 +89,14 @@ def _visible_job(rtype: str, environ: dict[str, str]) -> tuple[str, dict[str, in
         }
         return "TFJob", {**counts, own: max(1, counts.get(own, 0))}
     counts = {own: 1}
-    if environ.get("RANK", "0") not in ("", "0"):
+    if (settings.of(environ)[settings.RANK] or "0") not in ("", "0"):
         counts["Master"] = 1  # a PyTorchJob's rank 0 is its Master when it has one
     return "PyTorchJob", counts
 
 
 def _tf_cluster(environ: dict[str, str]) -> dict[str, Any]:
     try:
-        cluster = json.loads(environ.get("TF_CONFIG", "") or "{}").get("cluster", {})
+        cluster = json.loads(settings.of(environ)[settings.TF_CONFIG] or "{}").get("cluster", {})
     except (ValueError, AttributeError):
         return {}
     return cluster if isinstance(cluster, dict) else {}
@@ -227,7 +227,9 @@ def run_command(
 ) -> int:
     """Run `argv` under the wrapper and store its record; the exit code described in the module doc."""
     identity = RunIdentity.from_env()
-    if env.EXPERIMENT not in os.environ:  # by hand: each run its own id, so records never collide
+    if (
+        settings.current()[settings.EXPERIMENT] is None
+    ):  # by hand: each run its own id, so records never collide
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         identity = dataclasses.replace(identity, experiment=f"exec-{stamp}-{secrets.token_hex(2)}")
     environ = dict(os.environ)

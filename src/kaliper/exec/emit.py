@@ -15,7 +15,8 @@ import json
 import os
 import sys
 
-from kaliper.metrics.rules import EMIT_PREFIX, METRICS_FILE_ENV
+from kaliper import settings
+from kaliper.metrics.rules import EMIT_PREFIX
 
 
 def emit(name: str, value: float, unit: str = "", better: str | None = None, step: int | None = None) -> None:
@@ -40,7 +41,7 @@ def emit(name: str, value: float, unit: str = "", better: str | None = None, ste
     if step is not None:
         document["step"] = step
     line = json.dumps(document, separators=(",", ":")) + "\n"
-    path = os.environ.get(METRICS_FILE_ENV)
+    path = settings.current()[settings.METRICS_FILE]
     if path:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kaliper.errors import TraceError
+from kaliper import settings
 from kaliper.trace import MALLOC_ENV
 
-ENV_DIR = "KALIPER_TRACE_DIR"
-ENV_WARMUP = "KALIPER_TRACE_WARMUP"
-ENV_STEPS = "KALIPER_TRACE_STEPS"
-ENV_TRACED = "KALIPER_TRACE_TRACED"
-ENV_AUTO = "KALIPER_TRACE_AUTO"  # "1": count optimizer.step() calls when the script marks no steps
+ENV_DIR = settings.TRACE_DIR.name
+ENV_WARMUP = settings.TRACE_WARMUP.name
+ENV_STEPS = settings.TRACE_STEPS.name
+ENV_TRACED = settings.TRACE_TRACED.name
+ENV_AUTO = settings.TRACE_AUTO.name  # "1": count optimizer.step() calls when the script marks no steps
 ET_FILE = "execution_trace.json"
 PARTIAL_FILE = "partial.json"  # written last: the recording is complete
 ERROR_FILE = "error.txt"  # why a started recording did not finish
@@ -56,18 +56,12 @@ class TraceSettings:
     def from_env(cls, env: dict[str, str] | None = None) -> TraceSettings | None:
         """The settings the recorder gave this process; None outside a recording and on ranks other than 0
         (one process traces: the others of a data-parallel job run as usual)."""
-        environ = dict(os.environ) if env is None else env
-        directory = environ.get(ENV_DIR, "")
-        if not directory or environ.get("RANK", "0").strip() not in ("", "0"):
+        given = settings.of(env)
+        directory = given[settings.TRACE_DIR]
+        if not directory or (given[settings.RANK] or "0").strip() not in ("", "0"):
             return None
-
-        def count(name: str, default: int, least: int) -> int:
-            text = environ.get(name, str(default)).strip()
-            if not text.isdigit() or int(text) < least:
-                raise TraceError(f"{name}={text!r}: expected a whole number >= {least}")
-            return int(text)
-
-        return cls(Path(directory), count(ENV_WARMUP, 3, 0), count(ENV_STEPS, 10, 1), count(ENV_TRACED, 1, 1))
+        warmup, steps = given[settings.TRACE_WARMUP], given[settings.TRACE_STEPS]
+        return cls(Path(directory), warmup, steps, given[settings.TRACE_TRACED])
 
 
 class Recording:
@@ -238,7 +232,7 @@ def _provenance(threads: dict[str, Any] | None) -> dict[str, Any]:
     Kaliper's code but not its dependencies (a user's own environment)."""
     import torch
 
-    malloc = {name: os.environ.get(name) for name in MALLOC_ENV}
+    malloc = {name: settings.current().text(name) for name in MALLOC_ENV}
     try:
         from kaliper.benchmarks.torch_support import torch_build_info
         from kaliper.results.provenance import capture_hardware, capture_stack
@@ -246,7 +240,7 @@ def _provenance(threads: dict[str, Any] | None) -> dict[str, Any]:
         return {"stack": {"torch": str(torch.__version__)}, "malloc_env": malloc, "partial": repr(exc)}
     info = threads or {
         "torch_intra_op": torch.get_num_threads(),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "OMP_NUM_THREADS": settings.current()[settings.OMP_NUM_THREADS],
     }
     return {
         "stack": capture_stack(None, torch_build_info(), info).model_dump(mode="json"),

@@ -34,17 +34,19 @@ from functools import cache
 from pathlib import Path
 from typing import Final
 
+from kaliper import settings
 from kaliper.monitoring.probe import ProbeHistory, ProbeResult
 
-CALIBRATION_DIR_ENV: Final = "KALIPER_CALIBRATION_DIR"
+CALIBRATION_DIR_ENV: Final = settings.CALIBRATION_DIR.name
 KEEP: Final = 200
 
 
 def calibration_dir() -> Path:
-    configured = os.environ.get(CALIBRATION_DIR_ENV, "").strip()
+    given = settings.current()
+    configured = (given[settings.CALIBRATION_DIR] or "").strip()
     if configured:
         return Path(configured).expanduser()
-    cache_home = os.environ.get("XDG_CACHE_HOME", "").strip()
+    cache_home = (given[settings.XDG_CACHE_HOME] or "").strip()
     base = Path(cache_home).expanduser() if cache_home else Path.home() / ".cache"
     return base / "kaliper" / "calibration"
 

@@ -30,13 +30,13 @@ GPUs, from dcgm-exporter, are kaliper.monitoring.interference_dcgm's (`gpu_signa
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from kaliper import settings
 from kaliper.analysis.interference import Thresholds, judge_interference
 from kaliper.monitoring import prometheus
 from kaliper.monitoring.deadline import Budget
@@ -355,7 +355,7 @@ def query_environment(
     Like the resources (kaliper.monitoring.prometheus.query_run), a run that ended moments ago is asked
     again every second while nothing at all is found, until `KALIPER_PROMETHEUS_SETTLE_S` after its end.
     """
-    rate = os.environ.get(prometheus.ENV_RATE) or prometheus.DEFAULT_RATE
+    rate = settings.current()[settings.PROMETHEUS_RATE]
     pod_sel = prometheus.pod_selector(experiment, trial, repetition, namespace)
     settle_until = window[1].timestamp() + prometheus.settle_seconds()
     while True:

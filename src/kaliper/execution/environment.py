@@ -18,12 +18,12 @@ probe module), so it would judge noise, and it costs as much again. Its cost is 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from kaliper import settings
 from kaliper.analysis.interference import InterferenceVerdict, judge_interference, probe_band
 from kaliper.execution.calibration import CalibrationStore
 from kaliper.monitoring.interference import InterferenceWindow, Signals
@@ -199,7 +199,7 @@ class RunMonitor:
         )
 
 
-INTERFERENCE_ENV: Final = "KALIPER_INTERFERENCE"
+INTERFERENCE_ENV: Final = settings.INTERFERENCE.name
 
 
 def interference_of(sampling: dict[str, Any]) -> InterferenceSpec:
@@ -207,10 +207,10 @@ def interference_of(sampling: dict[str, Any]) -> InterferenceSpec:
 
     `KALIPER_INTERFERENCE=off` in this machine's environment turns detection off whatever the spec says
     (a machine whose operator knows it is dedicated, or a test suite checking other things on a shared
-    one); any other value leaves the spec's setting.
+    one); `on` leaves the spec's setting.
     """
     section = sampling.get("interference")
     spec = InterferenceSpec.model_validate(section) if isinstance(section, dict) else InterferenceSpec()
-    if os.environ.get(INTERFERENCE_ENV, "").strip().lower() == "off":
+    if not settings.current()[settings.INTERFERENCE]:
         spec = spec.model_copy(update={"enabled": False})
     return spec

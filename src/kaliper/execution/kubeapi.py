@@ -8,10 +8,10 @@ Failures of any call become `KubeApiError` carrying the HTTP status (0: no HTTP 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Generator
 from typing import Any, Final
 
+from kaliper import settings
 from kaliper.errors import ExecutionError
 from kaliper.jobs.kubeflow import GROUP, JOB_NAME_LABEL, VERSION
 
@@ -82,7 +82,9 @@ class JobApi:
         except config.ConfigException as in_cluster:
             try:
                 # KUBECONFIG read now (the client reads it once, at import), a ':'-list included
-                config.load_kube_config(os.environ.get("KUBECONFIG"), client_configuration=configuration)
+                config.load_kube_config(
+                    settings.current()[settings.KUBECONFIG], client_configuration=configuration
+                )
             except Exception as exc:  # ConfigException, or a missing/unreadable kubeconfig file
                 raise ExecutionError(
                     f"no Kubernetes credentials: not in a pod ({in_cluster}) and no usable kubeconfig ({exc})"

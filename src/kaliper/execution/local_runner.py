@@ -16,7 +16,6 @@ Configuring before and reporting after is the `run` command's (kaliper.cli.run).
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kaliper import settings as kaliper_settings  # `settings` here are a run's (RunSettings)
 from kaliper.configurator import ExperimentPlan, TrialPlan
 from kaliper.errors import InputError
 from kaliper.exec.command import framework_version
@@ -55,8 +55,8 @@ from kaliper.spec.interference import InterferenceSpec
 from kaliper.storage import Storage, layout, open_storage
 
 GPU_FIGURES = tuple(name for name, _, _ in GPU_FIGURE_DEFS)
-LOG_LIMIT_ENV = "KALIPER_LOG_LIMIT"
-DEFAULT_LOG_LIMIT = 64 << 20
+LOG_LIMIT_ENV = kaliper_settings.LOG_LIMIT.name
+DEFAULT_LOG_LIMIT = kaliper_settings.LOG_LIMIT.default
 
 
 @dataclass(frozen=True)
@@ -295,12 +295,8 @@ def _monitor(spec: InterferenceSpec, settings: RunSettings) -> RunMonitor | None
 
 def log_limit() -> int:
     """Bytes of one replica stream's log that are stored (KALIPER_LOG_LIMIT, default 64 MiB)."""
-    raw = os.environ.get(LOG_LIMIT_ENV, "").strip()
-    try:
-        return max(1024, int(raw)) if raw else DEFAULT_LOG_LIMIT
-    except ValueError:  # the job has run by now: store its logs rather than fail
-        print(f"warning: ignoring {LOG_LIMIT_ENV}={raw!r} (not a number of bytes)", file=sys.stderr)
-        return DEFAULT_LOG_LIMIT
+    limit = kaliper_settings.current()[kaliper_settings.LOG_LIMIT]  # a bad value was refused before the run
+    return max(1024, limit)
 
 
 def bounded_log(path: Path, limit: int) -> bytes:

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import time
 
+from kaliper import settings
 from kaliper.errors import ExecutionError
 
 TOOLS = ("unshare", "nsenter", "ip")
@@ -34,9 +35,7 @@ def isolation_unavailable_reason() -> str | None:
 
 def network_mode(replicas: int) -> str:
     """`isolated` or `host` for a job with this many replicas, per KALIPER_LOCAL_NETWORK."""
-    setting = os.environ.get("KALIPER_LOCAL_NETWORK", "auto")
-    if setting not in ("auto", "isolated", "host"):
-        raise ExecutionError(f"KALIPER_LOCAL_NETWORK={setting!r}: expected auto, isolated or host")
+    setting = settings.current()[settings.LOCAL_NETWORK]
     if setting == "host" or (setting == "auto" and replicas < 2):
         return "host"
     reason = isolation_unavailable_reason()

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kaliper import settings
 from kaliper.errors import TraceError
 from kaliper.exec import trace_steps as tracing
 from kaliper.execution.trace_judgement import (
@@ -158,7 +159,8 @@ def model_bundle(
         "num_classes": num_classes,
         "device": device,
     }
-    env = {**os.environ, **MALLOC_ENV, "PYTHONPATH": _path_with(str(_SRC), os.environ.get("PYTHONPATH"))}
+    env = {**os.environ, **MALLOC_ENV}
+    env["PYTHONPATH"] = _path_with(str(_SRC), env.get("PYTHONPATH"))
 
     def record(work: Path, follow: Callable[[int], None]) -> None:
         argv = [
@@ -209,8 +211,8 @@ def command_bundle(
         tracing.ENV_STEPS: str(steps),
         tracing.ENV_TRACED: str(traced),
         tracing.ENV_AUTO: "1",
-        "PYTHONPATH": _path_with(str(FOLDER), os.environ.get("PYTHONPATH")),
     }
+    base["PYTHONPATH"] = _path_with(str(FOLDER), base.get("PYTHONPATH"))
     if threads:
         base["OMP_NUM_THREADS"] = base["MKL_NUM_THREADS"] = str(threads)
 
@@ -447,7 +449,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument(f"--{name}", type=int, required=True)
     parser.add_argument("--model", required=True, choices=MODELS)
     parser.add_argument("--device", required=True, choices=DEVICES)
-    _run_model(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    settings.load()  # an entry point: a bad setting is refused before anything runs
+    _run_model(args)
 
 
 if __name__ == "__main__":

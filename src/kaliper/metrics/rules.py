@@ -13,6 +13,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Final, Literal
 
+from kaliper import settings
+
 Better = Literal["higher", "lower"]
 ReplicaScope = Literal["primary", "all"]
 MetricsFormat = Literal["regex", "mllog", "jsonl"]
@@ -20,7 +22,7 @@ MetricsFormat = Literal["regex", "mllog", "jsonl"]
 # Always recorded for a command workload: the primary replica's time to solution.
 WALL_TIME: Final = "wall_time"
 # The environment variable naming the file a `jsonl` job writes its metric lines to (kaliper.emit).
-METRICS_FILE_ENV: Final = "KALIPER_METRICS_FILE"
+METRICS_FILE_ENV: Final = settings.METRICS_FILE.name
 
 # A line kaliper.emit prints on stderr when METRICS_FILE_ENV is unset (a bare run, an unwrapped pod):
 # the jsonl format reads such lines from the output too, so the figure is found either way.

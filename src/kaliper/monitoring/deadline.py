@@ -10,33 +10,17 @@ one at most the deadline. Later callers see `reason` and skip the service instea
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kaliper import settings
+
 log = logging.getLogger(__name__)
 
-PROMETHEUS_DEADLINE_ENV = "KALIPER_PROMETHEUS_DEADLINE"
-DEFAULT_PROMETHEUS_DEADLINE_S = 30.0
+PROMETHEUS_DEADLINE_ENV = settings.PROMETHEUS_DEADLINE.name
+DEFAULT_PROMETHEUS_DEADLINE_S = settings.PROMETHEUS_DEADLINE.default
 MIN_REQUEST_S = 0.05  # below this a request cannot succeed: treat the budget as spent
-
-
-def seconds_from_env(name: str, default: float) -> float:
-    """A non-negative number of seconds from the environment; the default (with a warning) if not one."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value < 0 or value != value:  # negative or NaN
-        log.warning(
-            "kaliper monitoring: ignoring %s=%r (expected seconds >= 0); using %g", name, raw, default
-        )
-        return default
-    return value
 
 
 @dataclass
@@ -72,5 +56,5 @@ class Budget:
 
 def prometheus_budget() -> Budget:
     """The budget of one report's Prometheus queries: `KALIPER_PROMETHEUS_DEADLINE` s (default 30)."""
-    total = seconds_from_env(PROMETHEUS_DEADLINE_ENV, DEFAULT_PROMETHEUS_DEADLINE_S)
+    total = settings.current()[settings.PROMETHEUS_DEADLINE]
     return Budget(f"Prometheus ({PROMETHEUS_DEADLINE_ENV}={total:g})", total)

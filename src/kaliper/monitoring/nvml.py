@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from kaliper import settings
 from kaliper.monitoring.gpu_window import (
     UNAVAILABLE,
     GpuProcess,
@@ -47,7 +48,7 @@ from kaliper.monitoring.gpu_window import (
 log = logging.getLogger(__name__)
 
 # `off` turns the per-run sampling off (provenance stays): the GPU check's on/off overhead pairs use it.
-TELEMETRY_ENV: Final = "KALIPER_GPU_TELEMETRY"
+TELEMETRY_ENV: Final = settings.GPU_TELEMETRY.name
 
 COMPUTE_MODES: Final = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 DEFAULT_INTERVAL_S: Final = 0.1
@@ -210,7 +211,7 @@ def _uuids(nvml: Any, count: int) -> list[str | None]:
 def run_devices(nvml: Any, env: Mapping[str, str] | None = None) -> list[int]:
     """The NVML indices of the GPUs a process started with `env` (default: ours) may use."""
     count = int(nvml.nvmlDeviceGetCount())
-    visible = (env if env is not None else os.environ).get("CUDA_VISIBLE_DEVICES")
+    visible = settings.of(env)[settings.CUDA_VISIBLE_DEVICES]
     uuids = _uuids(nvml, count) if visible and not visible.replace(",", "").strip().isdigit() else []
     return visible_indices(count, visible, uuids)
 
@@ -321,7 +322,7 @@ class GpuSampler:
 
     def start(self, thread: bool = True) -> GpuSampler:
         self.started = time.time()
-        if os.environ.get(TELEMETRY_ENV, "").strip().lower() == "off":
+        if not settings.current()[settings.GPU_TELEMETRY]:
             self.reason = f"{UNAVAILABLE}: turned off ({TELEMETRY_ENV}=off)"
             return self
         nvml, why = load(self._module)

@@ -37,22 +37,22 @@ dead Prometheus costs one connection attempt and a hung one at most the deadline
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from kaliper import settings
 from kaliper.jobs import env
 from kaliper.monitoring.deadline import Budget, prometheus_budget
 from kaliper.monitoring.sampler import LOCAL_NOT_MEASURED
 
 ENV_URL = env.PROMETHEUS
-ENV_RATE = "KALIPER_PROMETHEUS_RATE"
-DEFAULT_RATE = "1m"
+ENV_RATE = settings.PROMETHEUS_RATE.name
+DEFAULT_RATE = settings.PROMETHEUS_RATE.default
 NO_DATA = "no query returned data for the run's window"
-SETTLE_ENV = "KALIPER_PROMETHEUS_SETTLE_S"
-DEFAULT_SETTLE_S = 30.0
+SETTLE_ENV = settings.PROMETHEUS_SETTLE_S.name
+DEFAULT_SETTLE_S = settings.PROMETHEUS_SETTLE_S.default
 Scope = Literal["cluster", "local"]
 
 # The run's pods (value 1, one series per pod); $POD_SEL selects on kube_pod_labels' label_* names.
@@ -256,8 +256,8 @@ def query_resources(
     by every run of one report (a fresh one when not given): once it is spent or Prometheus failed to
     answer, Prometheus is not asked again and the block says why.
     """
-    url = url or os.environ.get(ENV_URL) or None
-    rate = rate or os.environ.get(ENV_RATE) or DEFAULT_RATE
+    url = url or settings.current()[settings.PROMETHEUS] or None
+    rate = rate or settings.current()[settings.PROMETHEUS_RATE]
     if not url:
         return _unavailable(f"no Prometheus configured ({ENV_URL} unset)", None, scope)
     budget = budget if budget is not None else prometheus_budget()
@@ -317,10 +317,7 @@ def query_resources(
 
 def settle_seconds() -> float:
     """How long after a run's end Prometheus may still be scraping its last samples."""
-    try:
-        return max(0.0, float(os.environ.get(SETTLE_ENV) or DEFAULT_SETTLE_S))
-    except ValueError:
-        return DEFAULT_SETTLE_S
+    return settings.current()[settings.PROMETHEUS_SETTLE_S]
 
 
 def query_run(

@@ -34,21 +34,21 @@ must then delete it, for example the reporter or `curl -X DELETE`).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, delete_from_gateway, push_to_gateway
 
+from kaliper import settings
 from kaliper.jobs import env
 
 log = logging.getLogger(__name__)
 
 JOB = "kaliper"
 ENV_URL = env.PUSHGATEWAY
-ENV_INTERVAL = "KALIPER_PUSHGATEWAY_INTERVAL_S"
-ENV_GRACE = "KALIPER_PUSHGATEWAY_GRACE_S"
-ENV_KEEP = "KALIPER_PUSHGATEWAY_KEEP"
+ENV_INTERVAL = settings.PUSHGATEWAY_INTERVAL_S.name
+ENV_GRACE = settings.PUSHGATEWAY_GRACE_S.name
+ENV_KEEP = settings.PUSHGATEWAY_KEEP.name
 LIVE_THROUGHPUT = ("samples_per_second", "1/s")
 GROUPING_LABELS = ("experiment", "trial", "repetition", "replica")
 METRIC_NAMES = (
@@ -193,17 +193,10 @@ class LivePusher(Pusher):
             log.warning("kaliper monitoring: %s", message)
 
 
-def _float_env(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        log.warning("kaliper monitoring: ignoring %s=%r (not a number)", name, os.environ[name])
-        return default
-
-
 def start_live_push(experiment: str, trial: str, repetition: int, replica: str) -> Pusher:
     """A `LivePusher` when `KALIPER_PUSHGATEWAY` is set, else the do-nothing `Pusher`."""
-    url = os.environ.get(ENV_URL, "").strip()
+    given = settings.current()
+    url = (given[settings.PUSHGATEWAY] or "").strip()
     if not url:
         return Pusher()
     key = {
@@ -215,7 +208,7 @@ def start_live_push(experiment: str, trial: str, repetition: int, replica: str) 
     return LivePusher(
         url,
         key,
-        interval_s=_float_env(ENV_INTERVAL, 2.0),
-        grace_s=_float_env(ENV_GRACE, 2.0),
-        keep=os.environ.get(ENV_KEEP, "").lower() in ("1", "true", "yes"),
+        interval_s=given[settings.PUSHGATEWAY_INTERVAL_S],
+        grace_s=given[settings.PUSHGATEWAY_GRACE_S],
+        keep=given[settings.PUSHGATEWAY_KEEP],
     )

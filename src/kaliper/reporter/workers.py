@@ -20,11 +20,11 @@ from concurrent.futures import ProcessPoolExecutor
 from types import TracebackType
 from typing import TypeVar
 
-from kaliper.errors import InputError
+from kaliper import settings
 from kaliper.results.provenance import usable_cores
 from kaliper.storage import Storage
 
-ENV_WORKERS = "KALIPER_REPORT_WORKERS"
+ENV_WORKERS = settings.REPORT_WORKERS.name
 PARALLEL_RUNS = 2000  # runs in an experiment from which the reporter loads it with several processes
 
 T = TypeVar("T")
@@ -37,13 +37,9 @@ _INHERITED: dict[str, Storage] = {}
 def report_workers(runs: int) -> int:
     """Processes that load an experiment: `KALIPER_REPORT_WORKERS`, else one per usable core (at most
     8) from PARALLEL_RUNS runs on; one below that, where starting processes costs more than it saves."""
-    configured = os.environ.get(ENV_WORKERS, "").strip()
-    if configured:
-        try:
-            workers = int(configured)
-        except ValueError:
-            raise InputError(f"{ENV_WORKERS}={configured!r}: expected a whole number of processes") from None
-        return max(1, workers)
+    configured = settings.current()[settings.REPORT_WORKERS]
+    if configured is not None:
+        return max(1, configured)
     if runs < PARALLEL_RUNS or "fork" not in multiprocessing.get_all_start_methods():
         return 1
     return max(1, min(8, usable_cores() or 1))

@@ -13,16 +13,15 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+from kaliper import settings
 from kaliper._version import __version__
 from kaliper.errors import KaliperError, StorageError
-from kaliper.jobs import env
 from kaliper.jobs.kubeflow import canonical_replica_type, replica_id, replicas_of, run_status
 from kaliper.results.documents import LaunchDoc, TrialDoc
 from kaliper.results.provenance import capture_hardware, capture_stack
@@ -49,15 +48,16 @@ class RunIdentity:
 
     @classmethod
     def from_env(cls) -> RunIdentity:
-        environ = os.environ
+        given = settings.current()
+        experiment, trial = given[settings.EXPERIMENT], given[settings.TRIAL]
         return cls(
-            experiment=environ.get(env.EXPERIMENT, "adhoc"),
-            trial=environ.get(env.TRIAL, "adhoc"),
-            repetition=int(environ.get(env.REPETITION, "0")),
-            replica_type=canonical_replica_type(environ.get(env.REPLICA_TYPE, "Master")),
-            replica_index=int(environ.get(env.REPLICA_INDEX, "0")),
-            storage=environ.get(env.STORAGE) or None,
-            image=environ.get(env.IMAGE) or None,
+            experiment="adhoc" if experiment is None else experiment,
+            trial="adhoc" if trial is None else trial,
+            repetition=given[settings.REPETITION],
+            replica_type=canonical_replica_type(given[settings.REPLICA_TYPE]),
+            replica_index=given[settings.REPLICA_INDEX],
+            storage=given[settings.STORAGE] or None,
+            image=given[settings.IMAGE] or None,
         )
 
     def ids(self) -> RecordIds:
@@ -215,7 +215,7 @@ def store_record(record: ResultRecord, storage_url: str | None) -> str:
         return "stdout"
     storage: Storage = open_storage(storage_url)
     spooling = None
-    if os.environ.get(env.SPOOL_DIR):
+    if settings.current()[settings.SPOOL_DIR]:
         spooling = SpoolingStorage(storage, Spool(spool_root(), storage_url))
         storage = spooling
     key = record_key(record)

@@ -15,8 +15,8 @@ from typing import Any
 
 import psutil
 
+from kaliper import settings
 from kaliper.errors import REDACTED, is_secret_name, redact, redactor
-from kaliper.jobs import env as env_names
 from kaliper.results.record import Hardware, Package, Stack
 
 # Environment variables that change how frameworks and BLAS behave; nothing else is recorded, and of
@@ -67,7 +67,7 @@ def index_origin() -> str:
     The only variable read outside the allow-list of `relevant_env`; its URL is cleaned (clean_url), as
     it is the origin of every index-installed package and would otherwise repeat a token in every one.
     """
-    url = os.environ.get("PIP_INDEX_URL", "").strip()
+    url = (settings.current()[settings.PIP_INDEX_URL] or "").strip()
     return clean_url(url) if url else "unknown"
 
 
@@ -114,7 +114,7 @@ def relevant_env() -> dict[str, str]:
     `NCCL_IB_AUTH`, `*_TOKEN`: kaliper.errors.is_secret_name), values redacted (a URL's user-info, a
     secret query parameter, another variable's secret value)."""
     clean = redactor()
-    declared = set(filter(None, os.environ.get(env_names.STACK_ENV, "").split(",")))
+    declared = set(filter(None, (settings.current()[settings.STACK_ENV] or "").split(",")))
     return {
         k: clean(v)
         for k, v in sorted(os.environ.items())

@@ -8,21 +8,19 @@ the reporter's queries and the summary push.
 
 from __future__ import annotations
 
-import os
-
-from kaliper.jobs import env
+from kaliper import settings
 from kaliper.results.documents import ExperimentDoc
 
 
-def _configured(experiment: ExperimentDoc, variable: str, field: str) -> str | None:
-    return os.environ.get(variable) or experiment.monitoring.get(field) or None
+def _configured(experiment: ExperimentDoc, variable: settings.Setting[str | None], field: str) -> str | None:
+    return settings.current()[variable] or experiment.monitoring.get(field) or None
 
 
 def prometheus_url(experiment: ExperimentDoc) -> str | None:
     """`KALIPER_PROMETHEUS`, else the spec's `monitoring.prometheus`."""
-    return _configured(experiment, env.PROMETHEUS, "prometheus")
+    return _configured(experiment, settings.PROMETHEUS, "prometheus")
 
 
 def pushgateway_url(experiment: ExperimentDoc) -> str | None:
     """`KALIPER_PUSHGATEWAY`, else the spec's `monitoring.pushgateway`."""
-    return _configured(experiment, env.PUSHGATEWAY, "pushgateway")
+    return _configured(experiment, settings.PUSHGATEWAY, "pushgateway")

@@ -7,16 +7,16 @@ breaks orjson (and every Kubernetes field) later, and a 1,000 × 1,000 matrix wo
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from typing import Any
 
-from kaliper.errors import InputError, SpecError
+from kaliper import settings
+from kaliper.errors import SpecError
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
-DEFAULT_MAX_TRIALS = 10_000
-MAX_TRIALS_ENV = "KALIPER_MAX_TRIALS"
+DEFAULT_MAX_TRIALS = settings.MAX_TRIALS.default
+MAX_TRIALS_ENV = settings.MAX_TRIALS.name
 
 
 def _digits(value: int) -> str:
@@ -44,19 +44,10 @@ def check_integers(data: Any, source: str) -> None:
             )
 
 
-def max_trials(environ: Mapping[str, str] | None = None, source: str | None = None) -> int:
+def max_trials(environ: Mapping[str, str] | None = None) -> int:
     """The trial limit: KALIPER_MAX_TRIALS when set (a positive integer), else 10,000. A bad value is
-    an InputError (naming `source`, the spec being checked, when given)."""
-    text = (os.environ if environ is None else environ).get(MAX_TRIALS_ENV, "").strip()
-    if not text:
-        return DEFAULT_MAX_TRIALS
-    if not text.isdigit() or len(text) > 18 or int(text) < 1:
-        shown = repr(text) if len(text) <= 40 else repr(text[:37] + "...")
-        where = f"{source}: " if source else ""
-        raise InputError(
-            f"{where}environment variable {MAX_TRIALS_ENV}: expected a positive integer, found {shown}"
-        )
-    return int(text)
+    an InputError (kaliper.settings; the entry point refuses it before any spec is read)."""
+    return settings.of(environ)[settings.MAX_TRIALS]
 
 
 def check_trial_count(
@@ -64,7 +55,7 @@ def check_trial_count(
 ) -> int:
     """The number of trials (matrix product × stacks, as kaliper.configurator expands them), or a
     SpecError naming the product when it exceeds the limit."""
-    limit = max_trials(environ, source)
+    limit = max_trials(environ)
     factors = [len(values) for values in matrix.values()]
     stack_factor = max(1, stacks)
     trials = math.prod(factors) * stack_factor

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kaliper import settings as kaliper_settings  # `settings` here are pip's
+
 # pip option -> uv flag; each value of a list becomes one flag.
 _LIST_OPTIONS = {
     "index-url": "--index-url",
@@ -51,7 +53,9 @@ def _value(text: str) -> str:
     return text
 
 
-def parse_pip_config(text: str, environ: Mapping[str, str] | None = None) -> IndexConfig:
+def parse_pip_config(
+    text: str, environ: Mapping[str, str] | kaliper_settings.Settings | None = None
+) -> IndexConfig:
     """The index arguments for uv from `pip config list` output (unknown lines are ignored); `environ`
     (default: none set) tells whether the user chose uv's index strategy."""
     settings: dict[tuple[str, str], str] = {}
@@ -72,7 +76,8 @@ def parse_pip_config(text: str, environ: Mapping[str, str] | None = None) -> Ind
     for option, flag in _LIST_OPTIONS.items():
         for item in (effective(option) or "").split():
             args += [flag, item]
-    if args and "UV_INDEX_STRATEGY" not in (environ or {}):
+    given = kaliper_settings.of(environ if environ is not None else {})
+    if args and given[kaliper_settings.UV_INDEX_STRATEGY] is None:
         args += ["--index-strategy", "unsafe-best-match"]
     if (effective("no-index") or "").lower() in _TRUE:
         args.append("--no-index")
@@ -94,4 +99,4 @@ def read_pip_config(python: str | None = None, timeout: float = 30) -> IndexConf
         return IndexConfig()
     if proc.returncode != 0:
         return IndexConfig()
-    return parse_pip_config(proc.stdout, os.environ)
+    return parse_pip_config(proc.stdout, kaliper_settings.current())

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kaliper import settings
+
 SCHEMA = "kaliper.stack-env/v1"
 METADATA_FILE = "kaliper-stack.json"
 LAST_USED = "last-used"
@@ -24,7 +26,7 @@ LOCK_PREFIX = ".lock-"
 
 def stacks_root() -> Path:
     """KALIPER_STACKS_DIR, else ~/.cache/kaliper/stacks."""
-    given = os.environ.get("KALIPER_STACKS_DIR")
+    given = settings.current()[settings.STACKS_DIR]
     return Path(given).expanduser() if given else Path.home() / ".cache" / "kaliper" / "stacks"
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from kaliper import settings
 from kaliper.errors import StorageURLError, redact
 from kaliper.storage import layout
 from kaliper.storage.base import Storage, dump_json
@@ -107,9 +107,7 @@ def open_storage(url: str, defaults: Mapping[str, str] | None = None) -> Storage
 
         if not defaults:
             return S3Storage(url)
-        env = dict(os.environ)
-        env.update({k: v for k, v in defaults.items() if not env.get(k)})  # set and non-empty wins
-        return S3Storage(url, env=env)
+        return S3Storage(url, env=settings.current().with_defaults(defaults))  # set and non-empty wins
     return FileStorage(Path(file_path(url) or "").expanduser().absolute(), url)
 
 

@@ -12,7 +12,6 @@ seconds, default 0.2, doubled each time) and `KALIPER_STORAGE_RETRY_MAX_DELAY` (
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -22,31 +21,19 @@ from typing import TypeVar
 import urllib3.exceptions
 from minio.error import InvalidResponseError, S3Error, ServerError
 
+from kaliper import settings
 from kaliper.errors import StorageError
 
 T = TypeVar("T")
 
-RETRIES_ENV = "KALIPER_STORAGE_RETRIES"
-DELAY_ENV = "KALIPER_STORAGE_RETRY_DELAY"
-MAX_DELAY_ENV = "KALIPER_STORAGE_RETRY_MAX_DELAY"
+RETRIES_ENV = settings.STORAGE_RETRIES.name
+DELAY_ENV = settings.STORAGE_RETRY_DELAY.name
+MAX_DELAY_ENV = settings.STORAGE_RETRY_MAX_DELAY.name
 
 # S3 error codes that mean "the server is busy or broke, ask again".
 TRANSIENT_S3_CODES = frozenset(
     {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "RequestTimeTooSkewed"}
 )
-
-
-def _number(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise StorageError(f"{name}={raw!r} is not a number") from None
-    if value < minimum:
-        raise StorageError(f"{name}={raw!r} must be at least {minimum:g}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -63,15 +50,12 @@ class RetryPolicy:
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> RetryPolicy:
-        source = os.environ if env is None else env
-        attempts = _number(source, RETRIES_ENV, 5, 1)
-        if attempts != int(attempts):
-            raise StorageError(f"{RETRIES_ENV}={source[RETRIES_ENV]!r} must be a whole number")
+    def from_env(cls, env: Mapping[str, str] | settings.Settings | None = None) -> RetryPolicy:
+        given = settings.of(env)
         return cls(
-            attempts=int(attempts),
-            base_delay=_number(source, DELAY_ENV, 0.2, 0),
-            max_delay=_number(source, MAX_DELAY_ENV, 5.0, 0),
+            attempts=given[settings.STORAGE_RETRIES],
+            base_delay=given[settings.STORAGE_RETRY_DELAY],
+            max_delay=given[settings.STORAGE_RETRY_MAX_DELAY],
         )
 
     def delay(self, failed: int) -> float:

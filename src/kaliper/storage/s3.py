@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import re
 from collections.abc import Callable, Mapping
 from typing import TypeVar
@@ -32,6 +31,7 @@ import urllib3
 from minio import Minio
 from minio.error import MinioException, S3Error
 
+from kaliper import settings
 from kaliper.errors import NotFoundError, ObjectExistsError, StorageError, StorageURLError
 from kaliper.jobs import env as env_names
 from kaliper.storage.base import Storage, check_key
@@ -100,11 +100,13 @@ def parse_endpoint(endpoint: str) -> tuple[str, bool]:
     return parts.netloc, parts.scheme == "https"
 
 
-def endpoint_from_env(env: Mapping[str, str]) -> str:
+def endpoint_from_env(env: Mapping[str, str] | settings.Settings) -> str:
     """The endpoint URL: KALIPER_S3_ENDPOINT, else the AWS SDKs' variables, else AWS S3 itself."""
-    for name in (ENDPOINT_ENV, *ENDPOINT_FALLBACK_ENVS):
-        if env.get(name):
-            return env[name]
+    given = settings.of(env)
+    for setting in (settings.S3_ENDPOINT, settings.AWS_ENDPOINT_URL_S3, settings.AWS_ENDPOINT_URL):
+        value = given[setting]
+        if value:
+            return value
     return DEFAULT_ENDPOINT
 
 
@@ -114,7 +116,11 @@ class S3Storage(Storage):
     can always print its record if storage turns out unusable)."""
 
     def __init__(
-        self, url: str, *, env: Mapping[str, str] | None = None, retry: RetryPolicy | None = None
+        self,
+        url: str,
+        *,
+        env: Mapping[str, str] | settings.Settings | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.url = url
         self.bucket, self.prefix = parse_s3_url(url)
@@ -126,8 +132,8 @@ class S3Storage(Storage):
 
     # ------------------------------------------------------------------------------------ plumbing
 
-    def _environment(self) -> Mapping[str, str]:
-        return os.environ if self._env is None else self._env
+    def _environment(self) -> settings.Settings:
+        return settings.of(self._env)
 
     def _setup(self) -> tuple[Minio, RetryPolicy]:
         env = self._environment()
@@ -136,7 +142,7 @@ class S3Storage(Storage):
         if self._client is None:
             self.endpoint = endpoint_from_env(env)
             host, secure = parse_endpoint(self.endpoint)
-            access, secret = env.get(env_names.ACCESS_KEY_ID), env.get(env_names.SECRET_ACCESS_KEY)
+            access, secret = env[settings.AWS_ACCESS_KEY_ID], env[settings.AWS_SECRET_ACCESS_KEY]
             if bool(access) != bool(secret):
                 raise StorageError(
                     "set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or neither, for anonymous "
@@ -147,15 +153,15 @@ class S3Storage(Storage):
                 retries=False,  # the backoff is ours (kaliper.storage.retry), bounded and logged
                 maxsize=10,
                 cert_reqs="CERT_REQUIRED",
-                ca_certs=env.get("SSL_CERT_FILE") or certifi.where(),
+                ca_certs=env[settings.SSL_CERT_FILE] or certifi.where(),
             )
             self._client = Minio(
                 host,
                 access_key=access or None,
                 secret_key=secret or None,
-                session_token=env.get(env_names.SESSION_TOKEN) or None,
+                session_token=env[settings.AWS_SESSION_TOKEN] or None,
                 secure=secure,
-                region=env.get(env_names.REGION) or None,
+                region=env[settings.AWS_REGION] or None,
                 http_client=http,
             )
         return self._client, self._retry

@@ -26,18 +26,19 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kaliper import settings
 from kaliper.errors import KaliperError, NotFoundError, ObjectExistsError, StorageError
-from kaliper.jobs import env
 from kaliper.storage import layout
 from kaliper.storage.atomic import is_temp_name, write_atomically
 from kaliper.storage.base import Storage, check_key, check_replaceable
 
 
 def spool_root(environ: dict[str, str] | None = None) -> Path:
-    source = os.environ if environ is None else environ
-    if source.get(env.SPOOL_DIR):
-        return Path(source[env.SPOOL_DIR]).expanduser().absolute()
-    cache = source.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    given = settings.of(environ)
+    configured = given[settings.SPOOL_DIR]
+    if configured:
+        return Path(configured).expanduser().absolute()
+    cache = given[settings.XDG_CACHE_HOME] or str(Path("~/.cache").expanduser())
     return Path(cache) / "kaliper" / "spool"
 
 

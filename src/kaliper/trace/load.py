@@ -11,15 +11,14 @@ measured then.
 
 from __future__ import annotations
 
-import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from kaliper import settings
 from kaliper.errors import KaliperError, NotFoundError, TraceError
-from kaliper.jobs import env
 from kaliper.storage.layout import TRACES, trace_file_key
 from kaliper.trace.bundle import META_FILE, TRACE_FILE, TraceMeta, check_trace_file, parse_meta
 
@@ -52,7 +51,8 @@ def load_trace(reference: str, *, storage_url: str | None = None) -> LoadedTrace
             base,
         )
     if storage_url is None:
-        storage_url = os.environ.get(env.READ_STORAGE) or os.environ.get(env.STORAGE) or None
+        given = settings.current()
+        storage_url = given[settings.READ_STORAGE] or given[settings.STORAGE] or None
     if reference.startswith(f"{TRACES}/") and storage_url:
         return _from_storage(reference, storage_url)
     folder = Path(reference[len("file://") :] if reference.startswith("file://") else reference)

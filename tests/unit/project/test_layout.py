@@ -52,8 +52,9 @@ def _module_name(path: Path, src: Path) -> str:
 def test_root_holds_only_entry_points() -> None:
     """Code at the root has no home: it grows into a grab bag that every subpackage imports.
 
-    Only the entry points (`__init__`, `__main__`), the shared error types and a version module may
-    sit directly in `src/kaliper`; every other directory there must be a real subpackage.
+    Only the entry points (`__init__`, `__main__`), the shared error types, the settings registry
+    (kaliper.settings, read by every layer) and a version module may sit directly in `src/kaliper`;
+    every other directory there must be a real subpackage.
     """
     assert (PACKAGE_DIR / "__init__.py").is_file(), f"{PACKAGE_DIR} is not a package"
     stray_files: list[str] = []

@@ -566,7 +566,9 @@ def check_refusal(case: Bad, code: int, out: str, err: str, seconds: float, wher
     assert seconds < MAX_SECONDS, f"took {seconds:.1f}s; {context}"
     assert err.startswith("error: "), context
     assert "Traceback" not in out + err, context
-    if case.storage is None:
+    if case.field in case.env:  # a bad setting is refused at the entry point, before the spec is read
+        assert err.startswith(f"error: environment variable {case.field}: "), context
+    elif case.storage is None:
         assert err.startswith(f"error: {SPEC}: ") or err.startswith(f"error: {Path(SPEC)}: "), context
     assert case.field in err, f"field {case.field!r} not named; {context}"
     for secret in (*ALWAYS_SECRET, *case.secrets):

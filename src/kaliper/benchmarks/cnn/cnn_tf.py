@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kaliper import settings
 from kaliper.benchmarks.cnn.imagefiles import ensure_image_files
 from kaliper.benchmarks.cnn.models_tf import (
     OPTIMIZER,
@@ -95,7 +96,7 @@ def _run(params: dict[str, Any], rule: SamplingRule, train: bool) -> Measurement
         samples, metrics, derived = run.single(rule)
     build = tf_build_info()
     build["tf_keras"] = keras.__version__
-    build["TF_USE_LEGACY_KERAS"] = os.environ.get("TF_USE_LEGACY_KERAS")
+    build["TF_USE_LEGACY_KERAS"] = settings.current()[settings.TF_USE_LEGACY_KERAS]
     return Measurement(
         samples=samples,
         calls_per_sample=run.steps_per_sample,

@@ -55,6 +55,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from kaliper import settings
 from kaliper.benchmarks.cnn import imagefiles
 from kaliper.benchmarks.measurement import Measurement, MetricDef
 from kaliper.benchmarks.torch_support import (
@@ -98,8 +99,10 @@ class DistEnv:
 
 def distributed_env(environ: Mapping[str, str] | None = None) -> DistEnv:
     """World size and rank from the env; WORLD_SIZE > 1 without the rest of the variables is an error."""
-    env = os.environ if environ is None else environ
-    seen = {k: env[k] for k in (*DIST_ENV, "LOCAL_RANK") if k in env}
+    given = settings.of(environ)
+    named = {name: given.text(name) for name in (*DIST_ENV, settings.LOCAL_RANK.name)}
+    env = {name: value for name, value in named.items() if value is not None}
+    seen = dict(env)
     text = env.get("WORLD_SIZE", "").strip()
     world = int(text) if text.isdigit() else 1
     if world <= 1:
@@ -143,7 +146,7 @@ class ProcessGroup:
         self.comm_device = comm_device
         if (
             backend == "gloo"
-            and "GLOO_SOCKET_IFNAME" not in os.environ
+            and settings.current()[settings.GLOO_SOCKET_IFNAME] is None
             and is_loopback(dist_env.env["MASTER_ADDR"])
         ):
             os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()
@@ -246,7 +249,7 @@ def _run(params: dict[str, Any], rule: SamplingRule, train: bool) -> Measurement
     dist_env = distributed_env()
     device, sync = device_and_sync(str(params["device"]))
     if device.type == "cuda":
-        local_rank = int(os.environ.get("LOCAL_RANK", "0")) if dist_env.world_size > 1 else 0
+        local_rank = int(settings.current()[settings.LOCAL_RANK] or "0") if dist_env.world_size > 1 else 0
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
         torch.backends.cudnn.benchmark = True
@@ -449,7 +452,7 @@ def _measure(
                     "mode": "DistributedDataParallel",
                     "backend": group.backend,
                     "init_method": "env://",
-                    "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME"),
+                    "GLOO_SOCKET_IFNAME": settings.current()[settings.GLOO_SOCKET_IFNAME],
                     "stop_rule": "rank 0 evaluates the sampling rule after each timed step and broadcasts the decision",
                 },
             }

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kaliper import settings
 from kaliper.benchmarks.cnn.imagefiles import IMAGENET_MEAN, IMAGENET_STD, image_files, read_image
 from kaliper.errors import WorkloadError
 
@@ -193,7 +194,7 @@ class ClusterConfig:
 
     @classmethod
     def from_env(cls) -> ClusterConfig:
-        text = os.environ.get("TF_CONFIG", "").strip()
+        text = (settings.current()[settings.TF_CONFIG] or "").strip()
         if not text:
             return cls(None, {}, "", 0)
         try:

@@ -34,13 +34,14 @@ import time
 from importlib import metadata
 from typing import Any
 
+from kaliper import settings
 from kaliper.benchmarks.measurement import Measurement, MetricDef
 from kaliper.benchmarks.torch_support import default_threads
 from kaliper.errors import WorkloadError
 from kaliper.metrics.sampling import SamplingRule, collect
 
 CHILD_TIMEOUT_S = 600.0
-DEVICE_ENV = "KALIPER_PI_IMPORT_DEVICE"
+DEVICE_ENV = settings.PI_IMPORT_DEVICE.name
 
 TORCH_CODE = """\
 import json, os, time

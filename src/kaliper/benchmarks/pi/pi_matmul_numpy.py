@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from kaliper import settings
 from kaliper.benchmarks.calibration import MATMUL_GFLOPS_FORMULA, rate_metrics, sample_calls
 from kaliper.benchmarks.measurement import Measurement
 from kaliper.benchmarks.torch_support import default_threads
@@ -75,8 +76,8 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             "blas_num_threads": blas_threads[0] if len(blas_threads) == 1 else blas_threads,
             "threadpools_in_run": in_run,
             "numpy_blas": {k: own[0][k] for k in BLAS_KEYS if k in own[0]} if own else None,
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-            "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
+            "OMP_NUM_THREADS": settings.current()[settings.OMP_NUM_THREADS],
+            "OPENBLAS_NUM_THREADS": settings.current()[settings.OPENBLAS_NUM_THREADS],
         },
         effective_params={"calls_per_sample": sampled.calls, "sync": "none"},
         derived={

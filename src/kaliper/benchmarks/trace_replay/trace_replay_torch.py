@@ -21,11 +21,11 @@ recording stored although contended or unstable says so on stderr.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any, Final
 
+from kaliper import settings
 from kaliper.benchmarks.measurement import Measurement, MetricDef
 from kaliper.benchmarks.torch_support import (
     device_and_sync,
@@ -110,7 +110,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             values=[coverage] * len(samples.timed_ns),
         ),
     }
-    malloc = {name: os.environ.get(name) for name in MALLOC_ENV}
+    malloc = {name: settings.current().text(name) for name in MALLOC_ENV}
     recorded = meta.provenance
     here_cpu = cpu_model()
     there_cpu = (recorded.get("hardware") or {}).get("cpu_model")

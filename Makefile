@@ -6,6 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SPEC ?= examples/quickstart.yaml
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= 2
 # The documentation site (mkdocs.yml, docs/) is built here; `make docs` fails on any warning.
 SITE_DIR ?= site
 
@@ -60,8 +61,16 @@ typecheck: $(VENV)/.installed-test
 docs: $(VENV)/.installed-test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(SITE_DIR)
 
+# The suite in two parts: most of it on PYTEST_WORKERS processes at once (pytest-xdist, a test file per
+# worker, so a module's services start once), then the files that measure this machine (`serial`,
+# tests/conftest.py) alone. Both parts always run; the target fails if either did (5: nothing selected).
 pytest: $(VENV)/.installed-test
-	$(BIN)/pytest $(PYTEST_ARGS)
+	@status=0; \
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS); rc=$$?; \
+	[ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=$$rc; \
+	$(BIN)/pytest -p no:xdist -m serial $(PYTEST_ARGS); rc=$$?; \
+	[ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=$$rc; \
+	exit $$status
 
 bench: $(VENV)/.installed-all
 	$(BIN)/python benchmarks/accuracy.py

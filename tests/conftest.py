@@ -29,14 +29,38 @@ os.environ["KALIPER_STACKS_DIR"] = tempfile.mkdtemp(prefix="kaliper-test-stacks-
 
 
 INTEGRATION = TESTS / "integration"
+# Test files that measure this machine: whether it is quiet (interference verdicts, trace-recording
+# judgements, replay fidelity, real comparisons and convergence), or how long something takes (outages,
+# hung services, deadlines, the "within 2 s" bounds on bad input). `make test` runs them alone, after the
+# rest has run on several workers (pytest-xdist), so no test of the suite is their neighbour.
+SERIAL = {
+    "test_interference_runs.py",
+    "test_trace_record.py",
+    "test_trace_replay.py",
+    "test_compare_real.py",
+    "test_not_converged.py",
+    "test_pi_workloads.py",
+    "test_faults.py",
+    "test_monitoring_faults.py",
+    "test_local_isolation.py",
+    "test_exec_wrapper.py",
+    "test_interference_local.py",
+    "test_spec_fuzz.py",
+    "test_bad_input_corpus.py",
+    "test_bad_templates.py",
+    "test_gpu_cuda.py",
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Everything under tests/integration/ is slow, marked or not: `-m "not slow"` is the unit suite."""
+    """Everything under tests/integration/ is slow, marked or not: `-m "not slow"` is the unit suite; the
+    files in SERIAL are `serial` (`-m "not serial"` is what may run on several workers at once)."""
     for item in items:
         if item.path.resolve().is_relative_to(INTEGRATION):
             item.add_marker(pytest.mark.slow)
+        if item.path.name in SERIAL:
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture

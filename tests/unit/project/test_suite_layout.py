@@ -57,3 +57,12 @@ def test_everything_under_integration_is_slow() -> None:
     assert not [line for line in out.splitlines() if "::" in line], out
     deselected = re.search(r"\((\d+) deselected\)", out)
     assert deselected and int(deselected.group(1)) > 100, out  # it did look at the integration tests
+
+
+def test_every_serial_file_exists() -> None:
+    """`make test` runs the files that measure this machine alone (tests/conftest.py SERIAL): a renamed one
+    would silently run beside other tests again."""
+    from tests.conftest import SERIAL
+
+    names = {p.name for p in TESTS.rglob("test_*.py")}
+    assert names >= SERIAL, f"SERIAL names files that do not exist: {sorted(SERIAL - names)}"

@@ -48,6 +48,7 @@ SERIAL = {
     "test_spec_fuzz.py",
     "test_bad_input_corpus.py",
     "test_bad_templates.py",
+    "test_spec_errors.py",
     "test_gpu_cuda.py",
 }
 

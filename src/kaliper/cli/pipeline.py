@@ -1,6 +1,7 @@
 """The local pipeline behind `kaliper run`: configure → execute → report, as the cluster's three steps.
 
-Before anything is written, an optional pre-flight (kaliper.local.preflight) waits for a quiet machine.
+Before anything is written, a baseline the spec names must be in storage, and an optional pre-flight
+(kaliper.local.preflight) waits for a quiet machine.
 The configurator writes the experiment and its trials to storage, the local executor runs every trial ×
 repetition (kaliper.local.runner: it only runs jobs), and the reporter writes the report, also when runs
 failed. Nothing here decides anything the parts do not: it puts them in order.
@@ -25,6 +26,7 @@ from kaliper.local.interrupt import StopRequest
 from kaliper.local.preflight import DEFAULT_WAIT_S, PreflightMode, PreflightResult, preflight
 from kaliper.local.runner import RunOutcome, RunSettings, run_all
 from kaliper.reporter import ReportPaths, write_report
+from kaliper.reporter.baseline import require_named_baseline
 from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
 from kaliper.spec.loader import workdir_of
 from kaliper.storage import FILE_SCHEME, Storage, file_path, layout, open_storage
@@ -125,6 +127,7 @@ def run_spec(
     url = absolute_storage_url(storage_url or loaded.spec.storage)
     storage = open_spooled(url, s3_defaults(loaded.spec))
     plan = configure(loaded, storage_url=url)  # configure: everything checked before anything is written
+    require_named_baseline(storage, loaded.spec.report, plan.experiment.id, loaded.source)
     pythons = prepare_stacks(loaded, console)  # the stacks' environments: also before anything is written
     check_writable(storage.storage)
     calibration = CalibrationStore()

@@ -20,7 +20,7 @@ import pickle
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from kaliper.errors import InputError, KaliperError
+from kaliper.errors import InputError, KaliperError, NotFoundError
 from kaliper.reporter.aggregate import ExperimentResult, load_experiment
 from kaliper.reporter.compare import ExperimentComparison, PairedMetric, Side, compare_results
 from kaliper.reporter.compare_cache import ComparisonCache
@@ -115,6 +115,25 @@ def previous_experiment(storage: Storage, experiment: ExperimentDoc) -> str | No
     return None
 
 
+def baseline_stored(storage: Storage, experiment_id: str) -> bool:
+    """Whether the experiment a spec's `report.baseline` names is in `storage`: the one lookup, made by
+    the report and, before anything runs, by require_named_baseline."""
+    return storage.exists(layout.experiment_key(experiment_id))
+
+
+def require_named_baseline(storage: Storage, settings: ReportSpec, experiment_id: str, source: str) -> None:
+    """Before a run writes anything: the experiment `report.baseline` names must be in `storage`, else
+    every trial would run only for the report to find nothing to compare with. `previous` (none yet is
+    fine) and `none` pass, and so does the experiment itself (the report then says so)."""
+    base = settings.baseline
+    if base in ("previous", "none") or base == experiment_id or baseline_stored(storage, base):
+        return
+    raise NotFoundError(
+        f"{source}: report.baseline: experiment {base} not found in storage {storage.url}; name an "
+        "experiment stored there, or use `previous` (the latest earlier one) or `none`; nothing was run"
+    )
+
+
 def _baseline(
     storage: Storage, result: ExperimentResult, settings: ReportSpec, pool: LoadPool | None = None
 ) -> ReportComparisons:
@@ -135,7 +154,7 @@ def _baseline(
         base = settings.baseline
         if base == exp.id:
             return ReportComparisons(settings, baseline_note="report.baseline names this very experiment")
-        if not storage.exists(layout.experiment_key(base)):
+        if not baseline_stored(storage, base):
             return ReportComparisons(
                 settings, baseline=base, baseline_note=f"baseline {base} not found in {storage.url}"
             )

@@ -18,6 +18,7 @@ from typing import Any
 from kaliper.configurator import configure, write_plan
 from kaliper.configurator.experiment import experiment_id_for_workflow
 from kaliper.errors import InputError
+from kaliper.reporter.baseline import require_named_baseline
 from kaliper.spec import LoadedSpec, spec_from_text
 from kaliper.steps.chunks import write_chunks
 from kaliper.steps.templates import materialized, parse_bundle
@@ -102,6 +103,7 @@ def configure_step(
         experiment = experiment_id_for_workflow(loaded.spec.name, workflow_name, created)
         plan = configure(loaded, experiment, storage_url, now=created)
     storage = open_storage(storage_url)
+    require_named_baseline(storage, loaded.spec.report, experiment, SPEC_SOURCE)  # before anything is written
     write_plan(plan, storage)
     runs = [
         {"trial": trial.doc.id, "repetition": rep, "sha256": trial.job_sha256}

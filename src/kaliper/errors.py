@@ -159,7 +159,7 @@ def _steps(cut: bool) -> tuple[_Step, ...]:
 
 
 _WHOLE_STEPS = _steps(cut=False)
-_CUT_STEPS = _steps(cut=True)
+_cut_steps = functools.cache(functools.partial(_steps, cut=True))  # compiled when first needed
 
 
 @functools.lru_cache(maxsize=8192)
@@ -211,7 +211,7 @@ class Redactor:
         if len(text) <= limit + CUT_MARGIN:
             clean = self(text)
             return clean if len(clean) <= limit else clean[: max(0, limit - 3)] + "..."
-        clean = self._redact(text[: limit + CUT_MARGIN], _CUT_STEPS)
+        clean = self._redact(text[: limit + CUT_MARGIN], _cut_steps())
         open_secret = max((self._open_prefix(clean, value) for value in self._values), default=0)
         if open_secret:
             clean = clean[:-open_secret] + REDACTED

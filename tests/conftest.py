@@ -49,6 +49,9 @@ SERIAL = {
     "test_bad_input_corpus.py",
     "test_bad_templates.py",
     "test_spec_errors.py",
+    "test_spec_huge_fields.py",
+    "test_redaction_bounds.py",
+    "test_yaml_leading_zero.py",
     "test_gpu_cuda.py",
 }
 

@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kaliper.errors import InputError, NotFoundError
 from kaliper.monitoring.metrics import RESULT_VERDICT
 from kaliper.reporter import write_report
 from kaliper.reporter.compare import compare_document, compare_experiments
 from kaliper.storage import Storage, layout, open_storage
+from tests.support.cli import CliRunner
 from tests.support.prom_services import Pushgateway, pushgateway_fixture  # noqa: F401 - registers the fixture
 from tests.support.synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
@@ -158,3 +160,30 @@ def test_verdicts_reach_the_pushgateway(
     for line in lines:
         assert f'baseline="{first}"' in line and f'experiment="{slower}"' in line
         assert 'verdict="slower"' in line and line.endswith(" 1")
+
+
+def test_kaliper_run_refuses_a_named_baseline_not_in_storage_before_anything_runs(
+    kaliper: CliRunner, storage: Storage, tmp_path: Path
+) -> None:
+    """A real `kaliper run`: exit 2 naming report.baseline, the id and the storage, in the time it takes to
+    read the spec, and no experiment folder written. The same spec naming a stored experiment runs."""
+    stored = make(storage, document(), T0)
+    gone = "nightly-20250101T000000Z-abcd"
+    spec = tmp_path / "spec.yaml"
+    tiny = dict(sampling={"warmup": 0, "min_samples": 6, "max_samples": 10, "max_time": "1s"})
+    spec.write_text(yaml.safe_dump(sweep_doc("nightly", [16], 1, report={"baseline": gone}, **tiny)))
+    env = {"KALIPER_PROMETHEUS": "", "KALIPER_PUSHGATEWAY": ""}
+
+    refused = kaliper("run", str(spec), "--storage", storage.url, "--preflight=off", env=env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr == (
+        f"error: {spec}: report.baseline: experiment {gone} not found in storage {storage.url}; name an "
+        "experiment stored there, or use `previous` (the latest earlier one) or `none`; nothing was run\n"
+    )
+    assert sorted(p.name for p in (tmp_path / "store" / "experiments").iterdir()) == [stored]
+
+    spec.write_text(yaml.safe_dump(sweep_doc("nightly", [16], 1, report={"baseline": stored}, **tiny)))
+    done = kaliper("run", str(spec), "--storage", storage.url, "--preflight=off", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    ran = json.loads(done.stdout)["experiment"]
+    assert summary(storage, ran)["comparisons"]["baseline"] == stored

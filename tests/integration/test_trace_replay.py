@@ -34,7 +34,7 @@ from kaliper.trace.store import store_bundle
 pytestmark = pytest.mark.slow
 
 QUICK = (
-    "--warmup", "1", "--target-rel-ci", "0.5", "--min-samples", "5", "--max-samples", "8",
+    "--warmup", "1", "--target-rel-ci", "0.5", "--min-samples", "6", "--max-samples", "8",
     "--max-time", "5",
 )  # fmt: skip
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": "1000000000", "MALLOC_TRIM_THRESHOLD_": "1000000000"}

@@ -11,14 +11,38 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kaliper.metrics.sampling import (
+    CONFIDENCE,
+    MAX_SAMPLES,
+    MAX_TIME_S,
+    MIN_SAMPLES,
+    SETTINGS,
+    TARGET_REL_CI,
+    WARMUP,
+    SamplingRule,
+    Setting,
+)
+
 if TYPE_CHECKING:
     from kaliper.metrics.rules import ExtractionRules
 
-# The sampling rule's options, shared by `workload` (it samples by it) and `exec` (it judges by it).
-TargetRelCi = Annotated[float, typer.Option(min=0.0)]
-MinSamples = Annotated[int, typer.Option(min=1)]
-MaxSamples = Annotated[int, typer.Option(min=1)]
-Confidence = Annotated[float, typer.Option(min=0.5, max=0.999)]
+
+def _help(setting: Setting[Any], text: str | None = None) -> str:
+    return f"{text or setting.help[:1].upper() + setting.help[1:]}: {setting.allowed()}."
+
+
+def option_name(setting: Setting[Any]) -> str:
+    """The option of a sampling setting: `--min-samples`, `--max-time` (seconds) for max_time_s."""
+    return "--" + setting.name.removesuffix("_s").replace("_", "-")
+
+
+# The sampling rule's options, shared by `workload` (it samples by it) and `exec` (it judges by it): their
+# defaults and bounds are the rule's (kaliper.metrics.sampling.SETTINGS), checked by sampling_rule in the
+# spec's words, not by typer (whose ranges would be a second statement of them).
+TargetRelCi = Annotated[float, typer.Option(help=_help(TARGET_REL_CI))]
+MinSamples = Annotated[int, typer.Option(help=_help(MIN_SAMPLES))]
+MaxSamples = Annotated[int, typer.Option(help=_help(MAX_SAMPLES))]
+Confidence = Annotated[float, typer.Option(help=_help(CONFIDENCE))]
 Params = Annotated[list[str] | None, typer.Option("--param", help="NAME=VALUE, repeatable.")]
 
 _NUMBER = re.compile(r"^[+-]?(\d[\d_]*)?(\.\d*)?([eE][+-]?\d+)?$")
@@ -28,18 +52,17 @@ def workload(
     name: Annotated[str, typer.Argument(help="Built-in workload, e.g. pi-matmul.")],
     framework: Annotated[str, typer.Option(help="pytorch | tensorflow | numpy")] = "pytorch",
     param: Params = None,
-    warmup: Annotated[int, typer.Option(min=0)] = 5,
-    target_rel_ci: TargetRelCi = 0.02,
-    min_samples: MinSamples = 10,
-    max_samples: MaxSamples = 2000,
-    max_time: Annotated[float, typer.Option(min=0.0, help="Seconds for the timed samples.")] = 60.0,
-    confidence: Confidence = 0.95,
+    warmup: Annotated[int, typer.Option(help=_help(WARMUP))] = WARMUP.default,
+    target_rel_ci: TargetRelCi = TARGET_REL_CI.default,
+    min_samples: MinSamples = MIN_SAMPLES.default,
+    max_samples: MaxSamples = MAX_SAMPLES.default,
+    max_time: Annotated[float, typer.Option(help=_help(MAX_TIME_S))] = MAX_TIME_S.default,
+    confidence: Confidence = CONFIDENCE.default,
 ) -> None:
     """Run one built-in workload in this process and store its record (what job containers run)."""
     from kaliper.benchmarks import get_workload
     from kaliper.benchmarks.runtime import run_workload
     from kaliper.errors import ParameterError
-    from kaliper.metrics.sampling import SamplingRule
 
     get_workload(name)
     raw: dict[str, str] = {}
@@ -48,7 +71,7 @@ def workload(
         if not sep or not key:
             raise ParameterError(f"--param {item!r}: expected NAME=VALUE")
         raw[key] = value
-    rule = SamplingRule(warmup, target_rel_ci, min_samples, max_samples, max_time, confidence)
+    rule = sampling_rule(SamplingRule(warmup, target_rel_ci, min_samples, max_samples, max_time, confidence))
     code = run_workload(name, framework, raw, rule)
     if code:
         raise typer.Exit(code)
@@ -77,23 +100,26 @@ def exec_command(
         str | None,
         typer.Option(help="Replica type whose replica 0 is the job's primary (default: from env)."),
     ] = None,
-    warmup: Annotated[int, typer.Option(min=0, help="Unused for a command (skip_first is its warm-up).")] = 5,
-    target_rel_ci: TargetRelCi = 0.02,
-    min_samples: MinSamples = 10,
-    max_samples: MaxSamples = 2000,
-    max_time: Annotated[float, typer.Option(min=0.0, help="Seconds (reported, never enforced).")] = 60.0,
-    confidence: Confidence = 0.95,
+    warmup: Annotated[
+        int, typer.Option(help=_help(WARMUP, "Unused for a command (skip_first is its warm-up)"))
+    ] = WARMUP.default,
+    target_rel_ci: TargetRelCi = TARGET_REL_CI.default,
+    min_samples: MinSamples = MIN_SAMPLES.default,
+    max_samples: MaxSamples = MAX_SAMPLES.default,
+    max_time: Annotated[
+        float, typer.Option(help=_help(MAX_TIME_S, "Seconds (reported, never enforced)"))
+    ] = MAX_TIME_S.default,
+    confidence: Confidence = CONFIDENCE.default,
 ) -> None:
     """Run COMMAND, tee its output, read samples from what it prints and store a result record.
 
     Example: kaliper exec --metric 'images_per_s=images/sec: ([0-9.]+)' -- python train.py --batch-size 32
     """
     from kaliper.exec.command import run_command
-    from kaliper.metrics.sampling import SamplingRule
 
+    rule = sampling_rule(SamplingRule(warmup, target_rel_ci, min_samples, max_samples, max_time, confidence))
     parsed = _exec_rules(rules, metric or [], metrics_format, success_pattern, failure_pattern)
     params = {key: _scalar(value) for key, value in _pairs(param or [], "--param").items()}
-    rule = SamplingRule(warmup, target_rel_ci, min_samples, max_samples, max_time, confidence)
     code = run_command(
         list(command),
         parsed,
@@ -105,6 +131,19 @@ def exec_command(
     )
     if code:
         raise typer.Exit(code)
+
+
+def sampling_rule(rule: SamplingRule) -> SamplingRule:
+    """`rule` as the options gave it, or InputError (exit 2) in the words a spec's `sampling:` gets."""
+    from kaliper.errors import InputError
+
+    problems = rule.problems()
+    if not problems:
+        return rule
+    by_name = {setting.name: setting for setting in SETTINGS}
+    name, problem = problems[0]
+    where = option_name(by_name[name]) if name else f"{option_name(MIN_SAMPLES)}/{option_name(MAX_SAMPLES)}"
+    raise InputError(f"{where}: {problem}")
 
 
 def _pairs(items: list[str], option: str) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """The local pipeline behind `kaliper run`: configure → execute → report, as the cluster's three steps.
 
-Before anything is written, an optional pre-flight (kaliper.execution.preflight) waits for a quiet machine.
+Before anything is written, a baseline the spec names must be in storage, and an optional pre-flight
+(kaliper.execution.preflight) waits for a quiet machine.
 The configurator writes the experiment and its trials to storage, the local executor runs every trial ×
 repetition (kaliper.execution.local_runner: it only runs jobs), and the reporter writes the report, also
 when runs failed. Nothing here decides anything the parts do not: it puts them in order.
@@ -23,6 +24,7 @@ from typing import Generic, Protocol, TypeVar
 from rich.console import Console
 
 from kaliper.configurator import configure, write_plan
+from kaliper.configurator.baseline import require_named_baseline
 from kaliper.configurator.podenv import REGION_ENV, S3_ENDPOINT_ENV
 from kaliper.errors import InputError, KaliperError, StorageError
 from kaliper.execution import AfterRun
@@ -151,6 +153,7 @@ def run_spec(
     url = absolute_storage_url(storage_url or loaded.spec.storage)
     storage = open_spooled(url, s3_defaults(loaded.spec))
     plan = configure(loaded, storage_url=url)  # configure: everything checked before anything is written
+    require_named_baseline(storage, loaded.spec.report, plan.experiment.id, loaded.source)
     pythons = prepare_stacks(loaded, console)  # the stacks' environments: also before anything is written
     check_writable(storage.storage)
     calibration = CalibrationStore()

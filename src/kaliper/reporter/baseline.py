@@ -27,6 +27,7 @@ from kaliper.reporter.compare_cache import ComparisonCache
 from kaliper.reporter.stackdiff import StackDifference, representative_stack, stack_difference
 from kaliper.reporter.workers import LoadPool
 from kaliper.results.documents import EXPERIMENT_SCHEMA, ExperimentDoc, load_versioned
+from kaliper.results.readers import experiment_stored
 from kaliper.spec.services import EXPERIMENT_ID, ReportSpec
 from kaliper.storage import Storage, layout
 
@@ -135,7 +136,7 @@ def _baseline(
         base = settings.baseline
         if base == exp.id:
             return ReportComparisons(settings, baseline_note="report.baseline names this very experiment")
-        if not storage.exists(layout.experiment_key(base)):
+        if not experiment_stored(storage, base):
             return ReportComparisons(
                 settings, baseline=base, baseline_note=f"baseline {base} not found in {storage.url}"
             )

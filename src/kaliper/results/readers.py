@@ -8,6 +8,12 @@ from kaliper.results.documents import EXPERIMENT_SCHEMA, TRIAL_SCHEMA, Experimen
 from kaliper.storage import Storage, layout
 
 
+def experiment_stored(storage: Storage, experiment_id: str) -> bool:
+    """Whether an experiment is in `storage`: the one lookup of a named baseline, made by the report and,
+    before anything runs, by kaliper.configurator.baseline.require_named_baseline."""
+    return storage.exists(layout.experiment_key(experiment_id))
+
+
 def read_experiment(storage: Storage, experiment_id: str) -> ExperimentDoc:
     key = layout.experiment_key(experiment_id)
     if not storage.exists(key):

@@ -1,7 +1,8 @@
 """Turn pydantic's errors into messages that name the file, the field, what was expected and what was found.
 
-Every value quoted in a message is redacted first (kaliper.errors.redact), then shortened: shortening
-first could cut a URL before its '@' and leave half a password that no longer looks like one.
+Every value quoted in a message is redacted and shortened by kaliper.errors.shorten, which reads only a
+bounded head of a long value (a megabyte-long field costs no more than a short one) and redacts that head
+as one that goes on, so a secret the cut splits in half is still redacted.
 """
 
 from __future__ import annotations
@@ -10,24 +11,29 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kaliper.errors import redact
+from kaliper.errors import redact, shorten
+
+# A validator's message quotes at most a few values, each shortened (short); this bounds one that did not.
+MAX_PROBLEM = 1000
+MAX_KEY = 80
 
 
 def location(loc: tuple[int | str, ...]) -> str:
-    """`("job", "tolerations", 0, "key")` → `job.tolerations[0].key`."""
+    """`("job", "tolerations", 0, "key")` → `job.tolerations[0].key` (a mapping's key, which is the
+    user's text, shortened)."""
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
         else:
-            parts.append(("." if parts else "") + str(item))
+            name = str(item)
+            parts.append(("." if parts else "") + (name if len(name) <= MAX_KEY else shorten(name, MAX_KEY)))
     return "".join(parts) or "(top level)"
 
 
 def short(value: Any, limit: int = 80) -> str:
     """`repr(value)`, credentials redacted, at most `limit` characters."""
-    text = redact(repr(value))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(repr(value), limit)
 
 
 def redact_credentials(text: str) -> str:
@@ -50,6 +56,8 @@ def describe_validation_error(error: ValidationError, source: str) -> str:
             message = "required field is missing"
         else:
             message = item["msg"].removeprefix("Value error, ")
+            if len(message) > MAX_PROBLEM:
+                message = shorten(message, MAX_PROBLEM)
         # not repeated: values the message already shows (`expected ..., found ...`, storage URL errors),
         # and whole sections (a model's own check, such as min_samples > max_samples, names its fields)
         quiet = (

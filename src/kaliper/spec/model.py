@@ -14,6 +14,16 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from kaliper._version import __version__
 from kaliper.errors import StorageURLError
 from kaliper.jobs.kubeflow import JOB_KIND_OF
+from kaliper.metrics.sampling import (
+    CONFIDENCE,
+    MAX_SAMPLES,
+    MAX_TIME_S,
+    MIN_SAMPLES,
+    TARGET_REL_CI,
+    WARMUP,
+    Setting,
+    rule_problem,
+)
 from kaliper.spec.cron import check_cron
 from kaliper.spec.interference import InterferenceSpec
 from kaliper.spec.job import (
@@ -43,30 +53,30 @@ def _text(value: str | None) -> str | None:
 Text = Annotated[str | None, AfterValidator(_text)]
 
 
+def _bounded(setting: Setting[Any]) -> AfterValidator:
+    """The sampling setting's own bounds and words (kaliper.metrics.sampling: the one statement of them)."""
+    return AfterValidator(setting.check)
+
+
 class SamplingSpec(StrictModel):
-    warmup: int = Field(
-        5, ge=0, le=1_000_000, strict=True, description="samples run and recorded but not counted"
+    """The sampling rule (kaliper.metrics.sampling.SamplingRule): defaults and bounds are its SETTINGS."""
+
+    warmup: Annotated[int, _bounded(WARMUP)] = Field(WARMUP.default, strict=True, description=WARMUP.help)
+    target_rel_ci: Annotated[float, _bounded(TARGET_REL_CI)] = Field(
+        TARGET_REL_CI.default, strict=True, description=TARGET_REL_CI.help
     )
-    target_rel_ci: float = Field(
-        0.02, gt=0, lt=1, strict=True, description="stop when CI width / median is below this"
+    min_samples: Annotated[int, _bounded(MIN_SAMPLES)] = Field(
+        MIN_SAMPLES.default, strict=True, description=MIN_SAMPLES.help
     )
-    min_samples: int = Field(
-        10, ge=6, le=10_000_000, strict=True, description="at least 6 for a finite 95% CI of the median"
+    max_samples: Annotated[int, _bounded(MAX_SAMPLES)] = Field(
+        MAX_SAMPLES.default, strict=True, description=MAX_SAMPLES.help
     )
-    max_samples: int = Field(
-        2000,
-        ge=6,
-        le=10_000_000,
-        strict=True,
-        description="stop after this many timed samples, whether or not the CI target was reached",
+    # a duration ("60s", "2m"), whose parser refuses what MAX_TIME_S does in its own words first
+    max_time: Annotated[Duration, _bounded(MAX_TIME_S)] = Field(
+        MAX_TIME_S.default, description=MAX_TIME_S.help
     )
-    max_time: Duration = Field(60.0, description="budget for the timed samples of one run")
-    confidence: float = Field(
-        0.95,
-        gt=0.5,
-        lt=1,
-        strict=True,
-        description="confidence level of the CI of the median the rule judges",
+    confidence: Annotated[float, _bounded(CONFIDENCE)] = Field(
+        CONFIDENCE.default, strict=True, description=CONFIDENCE.help
     )
     interference: InterferenceSpec = Field(
         default_factory=InterferenceSpec,
@@ -75,8 +85,9 @@ class SamplingSpec(StrictModel):
 
     @model_validator(mode="after")
     def _bounds(self) -> SamplingSpec:
-        if self.min_samples > self.max_samples:
-            raise ValueError(f"min_samples ({self.min_samples}) exceeds max_samples ({self.max_samples})")
+        problem = rule_problem(self.min_samples, self.max_samples)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
 

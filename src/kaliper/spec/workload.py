@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from kaliper.metrics.rules import WALL_TIME, ExtractionRules, PatternMetric, compile_pattern
+from kaliper.results.validation import short
 from kaliper.spec.services import StrictModel
 
 MAX_TEXT = 4096
@@ -90,7 +91,7 @@ class MetricSpec(StrictModel):
     def _name(cls, value: str) -> str:
         if not METRIC_NAME.fullmatch(value):
             raise ValueError(
-                f"expected a metric name of letters, digits and '_' (at most 63, not starting with a digit), found {value!r}"
+                f"expected a metric name of letters, digits and '_' (at most 63, not starting with a digit), found {short(value)}"
             )
         if value == WALL_TIME:
             raise ValueError(f"{WALL_TIME!r} is recorded for every command workload; choose another name")

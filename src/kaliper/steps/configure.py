@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kaliper.configurator import configure, write_plan
+from kaliper.configurator.baseline import require_named_baseline
 from kaliper.configurator.experiment import experiment_id_for_workflow
 from kaliper.errors import InputError
 from kaliper.spec import LoadedSpec, spec_from_text
@@ -102,6 +103,7 @@ def configure_step(
         experiment = experiment_id_for_workflow(loaded.spec.name, workflow_name, created)
         plan = configure(loaded, experiment, storage_url, now=created)
     storage = open_storage(storage_url)
+    require_named_baseline(storage, loaded.spec.report, experiment, SPEC_SOURCE)  # before anything is written
     write_plan(plan, storage)
     runs = [
         {"trial": trial.doc.id, "repetition": rep, "sha256": trial.job_sha256}

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kaliper import settings
-from kaliper.errors import StorageURLError, redact
+from kaliper.errors import StorageURLError, shorten
 from kaliper.storage import layout
 from kaliper.storage.base import Storage, dump_json
 from kaliper.storage.file import FileStorage
@@ -33,8 +33,7 @@ S3_CREDENTIALS = (
 
 def _shown(url: str) -> str:
     """The URL for a message: credentials redacted, and shortened."""
-    text = repr(redact(url))
-    return text if len(text) <= 100 else text[:97] + "..."
+    return shorten(repr(url), 100)
 
 
 def check_storage_url(url: str) -> str:

@@ -88,6 +88,29 @@ def test_configure_refuses_a_bad_spec_and_writes_nothing(tmp_path: Path) -> None
     assert not (tmp_path / "results").exists() and not (tmp_path / "r").exists()
 
 
+def test_configure_refuses_a_named_baseline_not_in_storage_and_writes_nothing(tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'results'}"
+    quickstart = (EXAMPLES / "quickstart.yaml").read_text()
+    first = configure_step(quickstart, url, WORKFLOW, CREATED, tmp_path / "r", tmp_path / "e").experiment
+    gone = "quickstart-20250101T000000Z-abcd"
+
+    def configure_with(baseline: str, workflow: str) -> str:
+        text = quickstart + f"report: {{baseline: {baseline}}}\n"
+        return configure_step(text, url, workflow, CREATED, tmp_path / "r", tmp_path / "e").experiment
+
+    with pytest.raises(NotFoundError) as caught:
+        configure_with(gone, "kaliper-quickstart-gone1")
+    assert str(caught.value).startswith(
+        f"spec (workflow parameter): report.baseline: experiment {gone} not found in storage {url}"
+    )
+    storage = open_storage(url)
+    assert {k.split("/")[1] for k in storage.list("experiments/")} == {first}
+    # one that is there, and `previous`, configure as before
+    named = configure_with(first, "kaliper-quickstart-named")
+    previous = configure_with("previous", "kaliper-quickstart-prev1")
+    assert {k.split("/")[1] for k in storage.list("experiments/")} == {first, named, previous}
+
+
 def test_runs_list_of_a_thousand_trial_sweep_stays_small(tmp_path: Path) -> None:
     sizes = ", ".join(str(8 + i) for i in range(1000))
     text = f"name: big\nworkload: {{name: pi-matmul}}\nmatrix: {{matrix_size: [{sizes}]}}\nrepetitions: 3\n"

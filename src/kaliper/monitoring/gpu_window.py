@@ -60,17 +60,18 @@ class GpuReading:
 
 
 def describe_pid(pid: int) -> tuple[str | None, bool]:
-    """The command line of a PID of this namespace, and whether the PID is visible here at all."""
+    """The command line of a PID of this namespace on one line (a `python -c` program's newlines and
+    indents collapsed, at most 200 characters), and whether the PID is visible here at all."""
     import psutil
 
     try:
         process = psutil.Process(pid)
-        command = " ".join(process.cmdline()) or process.name()
+        command = " ".join(" ".join(process.cmdline()).split()) or process.name()
     except psutil.NoSuchProcess:
         return None, False
     except psutil.Error:
         return None, True
-    return command[:200], True
+    return (command if len(command) <= 200 else command[:199] + "…"), True
 
 
 def figure(values: Sequence[float], unit: str, method: str) -> dict[str, Any]:

@@ -70,8 +70,10 @@ def find_uv() -> str:
 
 
 def error_summary(stderr: str, limit: int = MAX_ERROR_LINES) -> str:
-    """uv's `error:`/`cause:`/`hint:` lines (and their continuations), at most `limit`, joined with `; `
-    (the first `error:` dropped: the caller says what failed); its last lines when there are none."""
+    """uv's `error:`/`cause:`/`hint:` lines, at most `limit`, joined with `; ` (the first `error:` dropped:
+    the caller says what failed); its last lines when there are none. A continuation line is the same
+    sentence wrapped at uv's output width (which depends on the environment it runs in), so it is joined
+    to its line with a space."""
     lines = [line.rstrip() for line in stderr.splitlines() if line.strip()]
     picked: list[str] = []
     keeping = False
@@ -79,10 +81,11 @@ def error_summary(stderr: str, limit: int = MAX_ERROR_LINES) -> str:
         head = line.lstrip().lower()
         if head.startswith(("error:", "cause:", "hint:", "caused by:", "×", "╰─▶")):
             keeping = True
+            picked.append(line.strip())
         elif not line.startswith((" ", "\t")):
             keeping = False
-        if keeping:
-            picked.append(line.strip())
+        elif keeping and picked:
+            picked[-1] = f"{picked[-1]} {line.strip()}"
     chosen = picked or lines[-limit:]
     if chosen and chosen[0].lower().startswith("error:"):
         chosen[0] = chosen[0][len("error:") :].strip()

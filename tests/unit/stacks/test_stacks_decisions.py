@@ -109,5 +109,18 @@ def test_error_summary_keeps_what_uv_says_is_wrong() -> None:
     summary = error_summary(stderr)
     assert summary.startswith("No solution found when resolving dependencies; cause: Because you require")
     assert "Resolved" not in summary
+    # A sentence wrapped at uv's output width stays one sentence, whatever the width.
+    assert "we can conclude that your requirements are unsatisfiable." in summary
+    wrapped = (
+        "  × No solution found when resolving dependencies:\n"
+        "  ╰─▶ Because kaliper-no-such-package-xyz was not found in the package\n"
+        "      registry and you require kaliper-no-such-package-xyz, we can conclude\n"
+        "      that your requirements are unsatisfiable.\n"
+    )
+    assert error_summary(wrapped) == (
+        "× No solution found when resolving dependencies:; ╰─▶ Because kaliper-no-such-package-xyz was "
+        "not found in the package registry and you require kaliper-no-such-package-xyz, we can conclude "
+        "that your requirements are unsatisfiable."
+    )
     assert error_summary("a\nb\nc\n", limit=2) == "b; c"
     assert error_summary("") == "(no message)"

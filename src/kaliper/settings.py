@@ -385,7 +385,7 @@ def render_markdown() -> str:
         "# Environment variables",
         "",
         "Generated from `src/kaliper/settings.py` (`render_markdown`); do not edit by hand: the tests",
-        "compare this page with the registry (`KALIPER_REGENERATE=1 pytest tests/unit/test_settings.py`",
+        "compare this page with the registry (`KALIPER_REGENERATE=1 pytest tests/unit/settings/test_settings.py`",
         "rewrites it).",
         "",
         "Every `kaliper` command reads these once, before it does anything: a value that is not what the",

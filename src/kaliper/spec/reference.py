@@ -2,7 +2,7 @@
 
 The models are the one source of what a spec may hold: every field's path, type, default, bounds and
 `description` come from them, so the page cannot drift from what `kaliper validate` accepts
-(tests/unit/test_docs.py compares the committed page with this rendering). Regenerate it with
+(tests/unit/project/test_docs.py compares the committed page with this rendering). Regenerate it with
 `python -m kaliper.spec.reference > docs/reference/spec.md`.
 """
 
@@ -32,8 +32,8 @@ HEADER = """# Spec reference
 
 Every field a benchmark spec may hold, generated from the spec's pydantic models
 (`kaliper.spec.model.BenchmarkSpec` and the models it nests) by `python -m kaliper.spec.reference`. Do not
-edit this page by hand: `tests/unit/test_docs.py` fails when it differs from the models, and
-`KALIPER_REGENERATE=1 pytest tests/unit/test_docs.py` writes it again.
+edit this page by hand: `tests/unit/project/test_docs.py` fails when it differs from the models, and
+`KALIPER_REGENERATE=1 pytest tests/unit/project/test_docs.py` writes it again.
 
 Unknown keys are errors everywhere. *strict* means no conversion: `true`, `"3"` or `3.0` are refused
 where an integer is expected. A *duration* is a number of seconds or a text such as `500ms`, `90s`,

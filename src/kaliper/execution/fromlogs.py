@@ -5,7 +5,8 @@ same extraction as `kaliper exec` (kaliper.metrics.extraction).
 
 Only for a job that did not fail (a failed job's replicas get stand-ins: results.protocol), only for a
 workload with extraction rules, and only for replicas that have no record yet and printed none either (a
-`KALIPER_RESULT` line: the wrapper's record when storage failed, which the reporter recovers).
+`KALIPER_RESULT` line: the wrapper's record when storage failed, which kaliper.execution.recorder stores
+first; a line it could not read is not overruled by a record built from the same log).
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def records_from_logs(
         name = replica_name(rtype, index)
         extraction, wrote_record = _extract(log_text(rtype, index), rules, is_primary)
         if wrote_record:
-            continue  # its own record is in its log (storage failed): the reporter recovers that one
+            continue  # it printed its own record (storage failed): the recorder's, not one built here
         exit_code = replica.exit_code if replica is not None else None
         failure = judge(extraction, rules, exit_code=exit_code, replica=name, primary=is_primary)
         if replica is None or exit_code is None:

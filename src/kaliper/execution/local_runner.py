@@ -55,8 +55,6 @@ from kaliper.spec.interference import InterferenceSpec
 from kaliper.storage import Storage, layout, open_storage
 
 GPU_FIGURES = tuple(name for name, _, _ in GPU_FIGURE_DEFS)
-LOG_LIMIT_ENV = kaliper_settings.LOG_LIMIT.name
-DEFAULT_LOG_LIMIT = kaliper_settings.LOG_LIMIT.default
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Final
 from kaliper.execution.fromlogs import LogText, Provenance, records_from_logs, sampling_rule
 from kaliper.jobs.kubeflow import replica_name
 from kaliper.results.documents import ExperimentDoc, LaunchDoc, TrialDoc, to_document
-from kaliper.results.protocol import RecordedBy, printed_record, record_key, store_stand_ins
+from kaliper.results.protocol import RecordedBy, printed_record, record_key, stand_in_records
 from kaliper.storage import Storage, layout
 
 # Lines of the failing replica's output kept in launch.json `failure.log_tail`, by both backends.
@@ -53,9 +53,11 @@ class RunRecorder:
     repetition: int
     recorded_by: RecordedBy  # "executor" (local) or "launcher" (the cluster's launch step)
 
+    def record_key(self, rtype: str, index: int) -> str:
+        return layout.record_key(self.experiment.id, self.trial.id, self.repetition, rtype, index)
+
     def has_record(self, rtype: str, index: int) -> bool:
-        key = layout.record_key(self.experiment.id, self.trial.id, self.repetition, rtype, index)
-        return self.storage.exists(key)
+        return self.storage.exists(self.record_key(rtype, index))
 
     def store_records(
         self,
@@ -69,10 +71,10 @@ class RunRecorder:
         replica's log (said in the report of a recovered record). The launch document, with `recovered`."""
         recovered: dict[str, str] = {}
         for replica in launch.replicas:
-            rtype, index = replica.replica_type, replica.index
-            if self.has_record(rtype, index):
+            key = self.record_key(replica.replica_type, replica.index)
+            if self.storage.exists(key):
                 continue
-            key = layout.record_key(self.experiment.id, self.trial.id, self.repetition, rtype, index)
+            rtype, index = replica.replica_type, replica.index
             where = log_location(rtype, index)
             record = printed_record(_lines(log_text(rtype, index)), key, where)
             if record is not None:
@@ -92,14 +94,11 @@ class RunRecorder:
         )
         for built in records:
             self.storage.put(record_key(built), built.to_json_bytes())
-        store_stand_ins(
-            self.storage,
-            launch,
-            self.trial,
-            self.experiment.workload,
-            self.experiment.storage,
-            self.recorded_by,
-        )
+        workload, url = self.experiment.workload, self.experiment.storage
+        for stand_in in stand_in_records(
+            launch, self.trial, workload, url, self.has_record, self.recorded_by
+        ):
+            self.storage.put(record_key(stand_in), stand_in.to_json_bytes())
         return launch.model_copy(update={"recovered": recovered}) if recovered else launch
 
     def finish(self, launch: LaunchDoc) -> None:

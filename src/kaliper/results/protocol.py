@@ -145,23 +145,6 @@ def stand_in_records(
     return records
 
 
-def store_stand_ins(
-    storage: Storage,
-    launch: LaunchDoc,
-    trial: TrialDoc,
-    workload: Mapping[str, Any],
-    storage_url: str | None,
-    recorded_by: RecordedBy,
-) -> None:
-    """Store `stand_in_records` for the replicas of `launch`'s run that have no record in `storage`."""
-
-    def has_record(rtype: str, index: int) -> bool:
-        return storage.exists(layout.record_key(launch.experiment, trial.id, launch.repetition, rtype, index))
-
-    for record in stand_in_records(launch, trial, workload, storage_url, has_record, recorded_by):
-        storage.put(record_key(record), record.to_json_bytes())
-
-
 def record_key(record: ResultRecord) -> str:
     ids = record.ids
     return layout.record_key(ids.experiment, ids.trial, ids.repetition, ids.replica_type, ids.replica_index)
@@ -189,15 +172,6 @@ def printed_record(lines: Iterable[str], key: str, source: str) -> ResultRecord 
         if record_key(record) == key:
             return record
     return None
-
-
-def result_payloads(log_text: str) -> list[str]:
-    """The JSON of every fallback line in a replica's stdout, in order (the last one is the latest)."""
-    return [
-        line[len(RESULT_LINE_PREFIX) :]
-        for line in log_text.splitlines()
-        if line.startswith(RESULT_LINE_PREFIX)
-    ]
 
 
 def store_record(record: ResultRecord, storage_url: str | None) -> str:

@@ -32,7 +32,8 @@ INTEGRATION = TESTS / "integration"
 # Test files that measure this machine: whether it is quiet (interference verdicts, trace-recording
 # judgements, replay fidelity), or how long something takes (outages,
 # hung services, deadlines, the "within 2 s" bounds on bad input). `make test` runs them alone, after the
-# rest has run on several workers (pytest-xdist), so no test of the suite is their neighbour.
+# rest has run on several workers (pytest-xdist), so no test of the suite is their neighbour. A single
+# such test in another file carries `@pytest.mark.serial` itself.
 SERIAL = {
     "test_interference_runs.py",  # quiet and loaded runs judged on this machine
     "test_interference_local.py",

@@ -255,6 +255,7 @@ def test_metric_and_label_names_follow_prometheus_conventions() -> None:
     assert set(GROUPING_LABELS) == set(KEY)
 
 
+@pytest.mark.serial  # one busy thread must get a whole core of this machine: no test beside it
 def test_local_sampler_sees_a_busy_child_process() -> None:
     busy = "import time\nend = time.time() + 2.5\nx = [0] * 5_000_000\nwhile time.time() < end: pass\n"
     child = subprocess.Popen([sys.executable, "-c", busy])

@@ -173,6 +173,7 @@ def test_prometheus_stopped_report_says_resources_unavailable(
     assert (root / layout.resources_key(experiment, "t000", 0)).is_file()
 
 
+@pytest.mark.serial  # the run's measured cores bounded: no test beside it
 def test_without_prometheus_the_local_sampler_fills_resources(kaliper: CliRunner, tmp_path: Path) -> None:
     root = tmp_path / "results"
     spec = write_spec(tmp_path, SPEC.replace("[96, 128]", "[64]").replace("max_time: 3s", "max_time: 2s"))

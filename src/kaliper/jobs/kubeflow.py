@@ -1,9 +1,16 @@
-"""The Kubeflow training operator's (v1.9) vocabulary and rules, in one place.
+"""Kubeflow's job vocabulary and rules, in one place: the training operator v1.9 (TFJob, PyTorchJob),
+Kubeflow Trainer v2.3 (TrainJob, running on a JobSet) and the Kueue labels any of them may carry.
 
 Job kinds and their replica types, how replicas are named, the labels on job pods (the operator's and
 Kaliper's own), which replica decides a job's success, and the reasons a job fails with. The jsonnet
 template library (configurator/templates/kaliper.libsonnet) spells the operator's label names as
 literals; a unit test checks they agree with the constants here.
+
+A TrainJob has no replica types: its trainer runs `numNodes` pods (the JobSet's replicated job "node",
+one Indexed Job) of `numProcPerNode` processes each. Kaliper calls every process a replica of type
+"Node" whose index is its global rank (node rank × processes per node + local rank, as torchrun numbers
+them), so records, stand-ins and the reporter treat ranks as they treat v1 replicas; `jobs.manifest`
+says which pod (node) holds which rank.
 
 Two spellings of a replica, both upstream's: `replica_id` ("Master-0": the operator's replica type, as
 launch.json and job conditions name it) and `replica_name` ("master-0": pod name suffix, the
@@ -15,20 +22,34 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Final, Literal
 
-JobKind = Literal["PyTorchJob", "TFJob"]
+JobKind = Literal["PyTorchJob", "TFJob", "TrainJob"]
+V1_KINDS: Final = ("PyTorchJob", "TFJob")  # kubeflow.org/v1, replica specs and replicaStatuses
+TRAINJOB: Final = "TrainJob"
+NODE: Final = "Node"  # a TrainJob's one replica type (its ranks); "node" in pod, container and job names
 REPLICA_TYPES: Final[dict[str, tuple[str, ...]]] = {
     "PyTorchJob": ("Master", "Worker"),
     "TFJob": ("Chief", "Master", "PS", "Worker", "Evaluator"),
+    "TrainJob": (NODE,),
 }
 # framework → job kind. A NumPy workload is one process with no distributed runtime of its own: it runs
 # as a one-container PyTorchJob (Master: 1), like a single-process PyTorch run; the PyTorch image has NumPy.
 JOB_KIND_OF: Final = {"pytorch": "PyTorchJob", "tensorflow": "TFJob", "numpy": "PyTorchJob"}
 REPLICA_SPECS_FIELD: Final = {"PyTorchJob": "pytorchReplicaSpecs", "TFJob": "tfReplicaSpecs"}
-CONTAINER_NAME: Final = {"PyTorchJob": "pytorch", "TFJob": "tensorflow"}  # the operator's default container
+# The container the operator treats as the replica: v1's default containers; a TrainJob's trainer
+# container is the runtime's container named "node" (constants.Node, pkg/constants/constants.go:69).
+CONTAINER_NAME: Final = {"PyTorchJob": "pytorch", "TFJob": "tensorflow", "TrainJob": "node"}
 OPERATOR_NAME: Final = {"PyTorchJob": "pytorchjob-controller", "TFJob": "tfjob-controller"}
-GROUP: Final = "kubeflow.org"
+GROUP: Final = "kubeflow.org"  # v1 (TFJob, PyTorchJob)
 VERSION: Final = "v1"
-PLURALS: Final = {"PyTorchJob": "pytorchjobs", "TFJob": "tfjobs"}
+TRAINER_GROUP: Final = "trainer.kubeflow.org"  # Trainer v2 (TrainJob)
+TRAINER_VERSION: Final = "v1alpha1"
+GROUP_VERSION: Final = {
+    "PyTorchJob": (GROUP, VERSION),
+    "TFJob": (GROUP, VERSION),
+    "TrainJob": (TRAINER_GROUP, TRAINER_VERSION),
+}
+API_VERSION: Final = {kind: f"{group}/{version}" for kind, (group, version) in GROUP_VERSION.items()}
+PLURALS: Final = {"PyTorchJob": "pytorchjobs", "TFJob": "tfjobs", "TrainJob": "trainjobs"}
 
 # Labels the operator puts on every replica pod.
 JOB_NAME_LABEL: Final = "training.kubeflow.org/job-name"
@@ -36,6 +57,38 @@ OPERATOR_NAME_LABEL: Final = "training.kubeflow.org/operator-name"
 REPLICA_TYPE_LABEL: Final = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL: Final = "training.kubeflow.org/replica-index"
 JOB_ROLE_LABEL: Final = "training.kubeflow.org/job-role"
+# Kubeflow Trainer v2.3.0 (kubeflow/trainer @ 658725bd): the runtime a TrainJob names by default, the
+# trainer's replicated job and container ("node"), the port of rank 0 (pkg/constants/constants.go:66-72),
+# the variables its torch plugin injects into the trainer container for torchrun (constants.go:191-203,
+# pkg/runtime/framework/plugins/torch/torch.go:145-176), its condition types and reasons
+# (pkg/apis/trainer/v1alpha1/trainjob_types.go:57-83), and the manager name Kaliper's runtimePatches
+# entry carries (trainjob_types.go:293: patches are keyed by their manager).
+DEFAULT_RUNTIME: Final = "torch-distributed"
+RUNTIME_KINDS: Final = ("ClusterTrainingRuntime", "TrainingRuntime")
+TRAINER_NODE: Final = "node"
+TRAINER_PORT: Final = 29500
+PET_NNODES: Final = "PET_NNODES"
+PET_NPROC_PER_NODE: Final = "PET_NPROC_PER_NODE"
+PET_NODE_RANK: Final = "PET_NODE_RANK"
+PET_MASTER_ADDR: Final = "PET_MASTER_ADDR"
+PET_MASTER_PORT: Final = "PET_MASTER_PORT"
+TORCHRUN_ENV: Final = (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT)
+TRAINJOB_COMPLETE: Final = "Complete"
+TRAINJOB_FAILED: Final = "Failed"
+TRAINJOB_SUSPENDED: Final = "Suspended"
+TRAINJOB_RESUMED_REASON: Final = "Resumed"
+RUNTIME_PATCH_MANAGER: Final = "kaliper.dev/kaliper"
+# Labels JobSet (and the Job controller) put on a TrainJob's pods: which TrainJob (the JobSet has its
+# name), which replicated job ("node"), and the node rank (the Indexed Job's completion index, which is
+# also the annotation the torch plugin reads PET_NODE_RANK from).
+JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL: Final = "jobset.sigs.k8s.io/replicatedjob-name"
+COMPLETION_INDEX_LABEL: Final = "batch.kubernetes.io/job-completion-index"
+# Kueue (kubernetes-sigs/kueue v0.19, pkg/controller/constants/constants.go:23,48): the LocalQueue a job
+# is submitted to, and its WorkloadPriorityClass. Kueue admits a job by unsuspending it.
+QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL: Final = "kueue.x-k8s.io/priority-class"
+
 # Kaliper's labels on the job and its pods (Prometheus joins resource use to runs on them).
 LABEL_EXPERIMENT: Final = "kaliper.dev/experiment"
 LABEL_TRIAL: Final = "kaliper.dev/trial"
@@ -75,18 +128,26 @@ def replicas_of(counts: Mapping[str, int]) -> Iterator[Replica]:
 
 
 def leader_type(kind: str, counts: Mapping[str, int]) -> str | None:
-    """The replica type whose replica 0 decides success: Chief, else Master (TFJob); Master (PyTorchJob)."""
+    """The replica type whose replica 0 leads: Chief, else Master (TFJob); Master (PyTorchJob); None for
+    a TrainJob (every node decides, JobSet's default success policy "All")."""
+    if kind == TRAINJOB:
+        return None
     return next((t for t in (("Chief", "Master") if kind == "TFJob" else ("Master",)) if counts.get(t)), None)
 
 
 def primary_replica(kind: str, counts: Mapping[str, int]) -> Replica:
-    """The replica whose record is the run's result: the leader's, else Worker 0."""
+    """The replica whose record is the run's result: the leader's, else Worker 0; rank 0 of a TrainJob."""
+    if kind == TRAINJOB:
+        return NODE, 0
     return leader_type(kind, counts) or "Worker", 0
 
 
 def success_deciders(kind: str, counts: Mapping[str, int], success_policy: str = "") -> list[Replica]:
-    """Replicas whose success makes the job's: the leader, else Worker 0 (TFJob default policy), else all
-    Workers (TFJob `AllWorkers`, PyTorchJob without a Master)."""
+    """Pods whose success makes the job's (`counts`: pods per replica type, a TrainJob's nodes): the
+    leader, else Worker 0 (TFJob default policy), else all Workers (TFJob `AllWorkers`, PyTorchJob
+    without a Master); every node of a TrainJob (JobSet's default success policy, "All")."""
+    if kind == TRAINJOB:
+        return [(NODE, i) for i in range(counts.get(NODE, 0))]
     leader = leader_type(kind, counts)
     if leader is not None:
         return [(leader, 0)]

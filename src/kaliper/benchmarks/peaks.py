@@ -12,7 +12,7 @@ Conventions, the same for every row:
   (plain FP32 CUDA cores: torch's default float32 matmul, `torch.get_float32_matmul_precision() ==
   "highest"`), `tf32` (float32 with TF32 tensor cores allowed), `bf16`, `fp16`, `fp8`.
 - Boost clocks, as every datasheet states peaks; a GPU held at its power cap runs below them (a bf16
-  matmul on an H200 ran at 1,470-1,515 MHz of 1,980: tests/data/gpu/README.md), which is part of what the
+  matmul on an H200 ran at 1,470-1,515 MHz of 1,980: docs/gpus.md), which is part of what the
   percentage shows.
 
 CPUs get no peak. An honest one is cores × FMA units per core × vector lanes × 2 × clock, and neither the

@@ -62,7 +62,7 @@ def test_the_recorded_h200_is_found_and_its_dense_bf16_peak_is_half_the_sparse_d
     assert found is not None and found.model == "H200 SXM"
     assert found.flops == pytest.approx(989.5e12)  # 1,979 TFLOPS "with sparsity" / 2
     assert found.basis == peaks.SPARSE
-    # Kaliper's bf16 pi-matmul on that H200 read 668 TFLOP/s (tests/data/gpu/README.md): 68% of peak.
+    # Kaliper's bf16 pi-matmul on an H200 read 668 TFLOP/s (the figure): 68% of the dense peak.
     assert peaks.percent_of_peak(668e12, found) == pytest.approx(67.5, abs=0.1)
 
 

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
+
+from kaliper.benchmarks.measurement import MetricDef
 
 PRECISIONS: Final = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -235,3 +237,37 @@ def peak(device_name: str | None, precision: str) -> Peak | None:
 def percent_of_peak(flops_per_s: float, found: Peak) -> float:
     """100 × achieved / peak."""
     return 100.0 * flops_per_s / found.flops
+
+
+PCT_METRIC: Final = "pct_of_peak"
+
+
+def with_peak(
+    metrics: dict[str, MetricDef],
+    rate_metric: str,
+    flops_per_unit: float,
+    device_name: str | None,
+    precision: str,
+) -> tuple[dict[str, MetricDef], dict[str, Any]]:
+    """`metrics` plus `pct_of_peak` per sample, and what the record's `derived` gets: the row used
+    (`peak`), or why there is none (`peak_note`). The one way every FLOP-counting built-in states it.
+
+    `rate_metric` is the FLOP rate (e.g. "gflops"), `flops_per_unit` its unit in FLOP/s (1e9 for
+    GFLOP/s). For the transformer workloads the rate is model FLOPs, so the percentage is their MFU.
+    """
+    found = peak(device_name, precision)
+    if found is None:
+        what = f"{device_name!r}" if device_name else "a CPU"
+        why = "CPUs have no stated peak" if not device_name else f"no datasheet row for {what} at {precision}"
+        return metrics, {"peak_note": f"no % of peak: {why} (kaliper.benchmarks.peaks)"}
+    rate, scale = metrics[rate_metric], 100.0 * flops_per_unit / found.flops
+    formula = f"100 × {rate_metric} / peak ({found.model}, {precision}: {found.flops / TERA:g} TFLOP/s; derived.peak)"
+    from_ns = rate.from_ns
+    if rate.values is not None or from_ns is None:
+        values = [scale * v for v in rate.values or []]
+        pct = MetricDef(unit="%", direction="more_is_better", formula=formula, values=values)
+    else:
+        pct = MetricDef(
+            unit="%", direction="more_is_better", formula=formula, from_ns=lambda ns: scale * from_ns(ns)
+        )
+    return {**metrics, PCT_METRIC: pct}, {"peak": found.as_record()}

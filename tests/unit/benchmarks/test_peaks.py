@@ -98,3 +98,28 @@ def test_a_record_names_the_row_it_used() -> None:
         "source": peaks.H100,
         "basis": peaks.DENSE,
     }
+
+
+def test_with_peak_adds_the_percentage_per_sample_and_names_the_row() -> None:
+    from kaliper.benchmarks.calibration import rate_metrics
+
+    metrics = rate_metrics(2.0 * 8192**3, 10, "2n³ / t")
+    extended, derived = peaks.with_peak(metrics, "gflops", 1e9, "NVIDIA H200", "bf16")
+    ns = 16_460_000  # 10 calls of 2·8192³ FLOP in 16.46 ms: 668 TFLOP/s
+    gflops = extended["gflops"].per_sample([ns])[0]
+    pct = extended[peaks.PCT_METRIC].per_sample([ns])[0]
+    assert pct == pytest.approx(100 * gflops * 1e9 / 989.5e12)
+    assert derived == {"peak": peaks.TABLE[("H200 SXM", "bf16")].as_record()}
+    assert "H200 SXM" in extended[peaks.PCT_METRIC].formula
+
+
+@pytest.mark.parametrize(
+    ("name", "says"), [(None, "CPUs have no stated peak"), ("NVIDIA L40", "'NVIDIA L40'")]
+)
+def test_with_peak_gives_no_percentage_and_says_why(name: str | None, says: str) -> None:
+    from kaliper.benchmarks.calibration import rate_metrics
+
+    metrics = rate_metrics(1e9, 1, "f")
+    extended, derived = peaks.with_peak(metrics, "gflops", 1e9, name, "fp32")
+    assert extended == metrics
+    assert says in derived["peak_note"] and "peak" not in derived

@@ -156,3 +156,24 @@ def torch_measurement(
         effective_params={**(effective_params or {}), **sync},
         derived=derived or {},
     )
+
+
+_PRECISION_OF_DTYPE = {"float64": "fp64", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def peak_inputs(device: Any, dtype: str, op: str = "matmul") -> tuple[str | None, str]:
+    """(device name as torch reports it, or None on a CPU; the precision row of kaliper.benchmarks.peaks)
+    for work of `dtype` ("float32", "bfloat16", ...) done as `op` ("matmul" or "conv") on `device`.
+
+    float32 is "tf32" where torch lets that op use TF32 tensor cores (matmul: `allow_tf32` is off by
+    default; cuDNN convolutions: on by default), else "fp32"; the peak must be the one the kernels could
+    reach."""
+    import torch
+
+    if getattr(device, "type", str(device)) != "cuda":
+        return None, _PRECISION_OF_DTYPE.get(dtype, "fp32")
+    name = torch.cuda.get_device_name(device)
+    if dtype != "float32":
+        return name, _PRECISION_OF_DTYPE.get(dtype, dtype)
+    tf32 = torch.backends.cudnn.allow_tf32 if op == "conv" else torch.backends.cuda.matmul.allow_tf32
+    return name, "tf32" if tf32 else "fp32"

@@ -35,6 +35,7 @@ from kaliper.jobs.kubeflow import (
     VERSION,
     pod_name,
 )
+from kaliper.jobs.trainjob_schema import SchemaProblem, check_trainjob_schema
 from kaliper.spec import BenchmarkSpec
 from kaliper.spec.kubenames import (
     check_dns1035_label,
@@ -346,6 +347,11 @@ def check_job(manifest: Any, expect: JobExpectations) -> None:
         raise _fail("apiVersion", api_version, manifest.get("apiVersion"))
     if manifest.get("kind") != expect.kind:
         raise _fail("kind", f"{expect.kind} (job.kind)", manifest.get("kind"))
+    if expect.kind == TRAINJOB:  # unknown fields and wrong types, which the API server would prune or refuse
+        try:
+            check_trainjob_schema(manifest)
+        except SchemaProblem as problem:
+            raise Problem(str(problem)) from None
     metadata = _mapping(manifest.get("metadata"), "metadata")
     name = metadata.get("name")
     if name is None:

@@ -30,6 +30,7 @@ from kaliper.jobs.kubeflow import (
     QUEUE_LABEL,
     REPLICA_SPECS_FIELD,
     REPLICA_TYPES,
+    TORCHRUN_ENV,
     TRAINER_NODE,
     TRAINJOB,
     VERSION,
@@ -292,6 +293,13 @@ def _check_trainjob(manifest: dict[str, Any], expect: JobExpectations) -> None:
     if not isinstance(trainer.get("image"), str) or not trainer["image"]:
         raise _fail("spec.trainer.image", "an image reference", trainer.get("image"))
     _check_process(trainer, "spec.trainer")
+    for i, variable in enumerate(trainer.get("env") or []):
+        if variable.get("name") in TORCHRUN_ENV:  # the trainer's webhook refuses them (torch.go:66-75)
+            raise _fail(
+                _at(_at("spec.trainer.env", i), "name"),
+                "no PET_* variable (the trainer's torch plugin sets them for torchrun)",
+                variable["name"],
+            )
     patches = _list(spec.get("runtimePatches"), "spec.runtimePatches")
     for i, patch in enumerate(patches):
         where = _at(_at("spec", "runtimePatches"), i)

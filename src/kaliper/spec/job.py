@@ -202,6 +202,11 @@ class JobSpec(StrictModel):
         description="Kueue LocalQueue the job is submitted to (label kueue.x-k8s.io/queue-name); the job "
         "is created suspended and Kueue admits it; null: no queue",
     )
+    admission_timeout: Duration = Field(
+        3600.0,
+        description="with queue: how long a run may wait for Kueue to admit its job, on top of timeout "
+        "(the job's deadline counts from admission)",
+    )
     priority_class: NameAndLabel = Field(
         None,
         description="Kueue WorkloadPriorityClass of the job (label kueue.x-k8s.io/priority-class); needs "
@@ -289,6 +294,8 @@ class JobSpec(StrictModel):
                     )
         if self.success_policy and self.kind != "TFJob":
             return f"job.success_policy: applies to TFJob only, found job.kind {self.kind}"
+        if "admission_timeout" in given and self.queue is None:
+            return "job.admission_timeout: needs job.queue (only a queued job waits for admission)"
         if self.priority_class is not None and self.queue is None:
             return (
                 "job.priority_class: needs job.queue (a Kueue WorkloadPriorityClass applies to jobs "

@@ -64,6 +64,8 @@ CASES = [
          "m + { spec+: { trainer+: { numNodes: 3 } } }"),
     Case("procs-differ", ["spec.trainer.numProcPerNode", "expected 2 (job.procs_per_node)", "found 1"],
          "m + { spec+: { trainer+: { numProcPerNode: 1 } } }"),
+    Case("reserved-env", ["spec.trainer.env[0].name", "no PET_* variable", "'PET_NNODES'"],
+         "m + { spec+: { trainer+: { env: [{ name: 'PET_NNODES', value: '1' }] + super.env } } }"),
     Case("command-string", ["spec.trainer.command", "expected a list", "found str"],
          "m + { spec+: { trainer+: { command: 'torchrun -m kaliper' } } }"),
     Case("hostpath", ["spec.volumes[0].hostPath", "no hostPath"],

@@ -1,6 +1,6 @@
 """Offline checks of Kubernetes objects against the upstream schemas in tests/data/schemas.
 
-Trainer v1.9.4 CRDs for TFJob/PyTorchJob; Argo Workflows v4.1.2 JSON schema and CRDs for Workflow,
+Trainer v1.9.4 CRDs for TFJob/PyTorchJob, the Trainer v2.3.0 CRD for TrainJob; Argo Workflows v4.1.2 JSON schema and CRDs for Workflow,
 WorkflowTemplate and CronWorkflow. The CRD schemas are an OpenAPI v3 subset, validated with a Draft 7
 validator; three things the API server does beyond plain JSON Schema are checked by hand: `format:
 int32/int64` ranges, fields it would silently prune (unknown keys), and the uniqueness of
@@ -21,6 +21,16 @@ from jsonschema import Draft7Validator, Draft202012Validator, FormatChecker
 
 CRD_DIR = "kubeflow-trainer-v1.9.4"
 CRD_FILES = {"PyTorchJob": "kubeflow.org_pytorchjobs.yaml", "TFJob": "kubeflow.org_tfjobs.yaml"}
+# kind → (folder, file, group, version) of every job CRD
+JOB_CRDS = {
+    **{kind: (CRD_DIR, name, "kubeflow.org", "v1") for kind, name in CRD_FILES.items()},
+    "TrainJob": (
+        "kubeflow-trainer-v2.3.0",
+        "trainer.kubeflow.org_trainjobs.yaml",
+        "trainer.kubeflow.org",
+        "v1alpha1",
+    ),
+}
 INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 
 FORMATS = FormatChecker()
@@ -47,11 +57,13 @@ def crd(path: Path) -> dict[str, Any]:
 
 
 def v1_schema(schemas_dir: Path, kind: str) -> dict[str, Any]:
-    document = crd(schemas_dir / CRD_DIR / CRD_FILES[kind])
+    """The openAPIV3Schema of a job kind's CRD (v1 kinds, and TrainJob's v1alpha1)."""
+    folder, name, group, wanted = JOB_CRDS[kind]
+    document = crd(schemas_dir / folder / name)
     assert document["kind"] == "CustomResourceDefinition"
-    assert document["spec"]["group"] == "kubeflow.org"
+    assert document["spec"]["group"] == group
     assert document["spec"]["names"]["kind"] == kind
-    (version,) = [v for v in document["spec"]["versions"] if v["name"] == "v1"]
+    (version,) = [v for v in document["spec"]["versions"] if v["name"] == wanted]
     schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
     return schema
 
@@ -95,16 +107,17 @@ def list_map_duplicates(instance: Any, schema: dict[str, Any], path: str = "") -
 def crd_problems(manifest: dict[str, Any], schemas_dir: Path) -> list[str]:
     """Everything the API server would object to (or silently drop) in `manifest`, as readable lines."""
     kind = manifest.get("kind")
-    if kind not in CRD_FILES:
-        return [f"kind: {kind!r} is not a Kubeflow trainer v1 job"]
+    if kind not in JOB_CRDS:
+        return [f"kind: {kind!r} is not a Kubeflow trainer job"]
     schema = v1_schema(schemas_dir, kind)
+    _, _, group, version = JOB_CRDS[kind]
     validator = Draft7Validator(schema, format_checker=FORMATS)
     problems = [
         f"{'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
         for e in validator.iter_errors(manifest)
     ]
-    if manifest.get("apiVersion") != "kubeflow.org/v1":
-        problems.append(f"apiVersion: {manifest.get('apiVersion')!r}, expected kubeflow.org/v1")
+    if manifest.get("apiVersion") != f"{group}/{version}":
+        problems.append(f"apiVersion: {manifest.get('apiVersion')!r}, expected {group}/{version}")
     problems += [f"{p}: unknown field, would be pruned" for p in pruned_fields(manifest, schema)]
     problems += list(list_map_duplicates(manifest, schema))
     return problems

@@ -1,7 +1,7 @@
 """Argo WorkflowTemplate, Workflow and CronWorkflow for a spec, built with Hera 7 (Argo v4).
 
 Shape: `configure` → fan-out over its list of runs (`withParam`, `parallelism` from the spec) → `launch`
-each run (creates the TFJob/PyTorchJob and waits on its conditions) → `report` as the exit handler, so a
+each run (creates the TFJob/PyTorchJob/TrainJob and waits on its conditions) → `report` as the exit handler, so a
 report is written even when runs fail. The trial list is made at run time by the configure step and is
 never inlined, so a 1,000-trial sweep compiles to the same few kilobytes as a one-trial spec.
 

@@ -6,7 +6,8 @@ API accept only its own IR (PipelineSpec, schemaVersion 2.1.0), not Argo YAML, h
 
 What KFP cannot say per pipeline: the service account. Every step runs as the run's service account
 (`default-editor` in a Kubeflow profile namespace; set per run or recurring run), so that account needs
-the rights `manifests/` gives `kaliper` (create/get/delete TFJobs and PyTorchJobs, read pods). Pod
+the rights `manifests/` gives `kaliper` (create/get/list/watch TFJobs, PyTorchJobs and TrainJobs, read
+pods and their logs). Pod
 settings KFP has no word for (PVC mount, node selector, tolerations, pod deadline, pull policy, S3
 credentials from a Secret) go into the IR's platform spec through `kfp-kubernetes`.
 

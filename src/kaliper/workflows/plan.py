@@ -155,6 +155,8 @@ def cluster_plan(loaded: LoadedSpec, chunk_threshold: int = CHUNK_THRESHOLD) -> 
     storage = spec.workflow.storage or _cluster_storage(spec.storage)
     mount = file_path(storage)
     job_timeout = math.ceil(spec.job.timeout)
+    # A queued job's deadline counts from Kueue's admission, so the launch step also waits for that.
+    admission = math.ceil(spec.job.admission_timeout) if spec.job.queue is not None else 0
     return ClusterPlan(
         template_name=f"kaliper-{spec.name}",
         spec_name=spec.name,
@@ -168,7 +170,7 @@ def cluster_plan(loaded: LoadedSpec, chunk_threshold: int = CHUNK_THRESHOLD) -> 
         mount_path=mount,
         parallelism=spec.workflow.parallelism,
         job_timeout_s=job_timeout,
-        launch_timeout_s=job_timeout + LAUNCH_SLACK_S,
+        launch_timeout_s=job_timeout + admission + LAUNCH_SLACK_S,
         schedule=spec.schedule,
         timezone=spec.workflow.timezone,
         node_selector=dict(spec.workflow.node_selector),

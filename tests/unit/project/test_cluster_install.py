@@ -27,6 +27,7 @@ SERVICE_ACCOUNT = "kaliper"
 ALLOWED_RULES: dict[tuple[str, str], set[str]] = {
     ("kubeflow.org", "tfjobs"): {"create", "get", "list", "watch"},  # no delete: launch never deletes
     ("kubeflow.org", "pytorchjobs"): {"create", "get", "list", "watch"},
+    ("trainer.kubeflow.org", "trainjobs"): {"create", "get", "list", "watch"},  # v2: the same, no more
     ("", "pods"): {"get", "list"},
     ("", "pods/log"): {"get"},
     ("argoproj.io", "workflowtaskresults"): {"create", "patch"},

@@ -202,6 +202,73 @@ CASES = [
         ("job.kind PyTorchJob cannot run a tensorflow workload; use TFJob",),
         run=False,
     ),
+    # job.kind decides which job fields apply: each one given to a kind without it is named
+    Case(
+        "trainjob-with-replicas",
+        replace("kind: PyTorchJob", "kind: TrainJob"),
+        ("job.replicas: applies to PyTorchJob and TFJob; a TrainJob", "job.nodes × job.procs_per_node"),
+    ),
+    Case(
+        "pytorchjob-with-nodes",
+        replace("replicas: {Master: 1}", "replicas: {Master: 1}\n  nodes: 2"),
+        ("job.nodes: applies to TrainJob only, found job.kind PyTorchJob",),
+        run=False,
+    ),
+    Case(
+        "pytorchjob-with-runtime",
+        replace("replicas: {Master: 1}", "replicas: {Master: 1}\n  runtime: {name: torch-distributed}"),
+        ("job.runtime: applies to TrainJob only",),
+        run=False,
+    ),
+    Case(
+        "trainjob-success-policy",
+        replace("kind: PyTorchJob\n  replicas: {Master: 1}", "kind: TrainJob\n  success_policy: AllWorkers"),
+        ("job.success_policy: applies to TFJob only, found job.kind TrainJob",),
+        run=False,
+    ),
+    Case(
+        "trainjob-nodes-zero",
+        replace("kind: PyTorchJob\n  replicas: {Master: 1}", "kind: TrainJob\n  nodes: 0"),
+        ("job.nodes:", "greater than or equal to 1"),
+        run=False,
+    ),
+    Case(
+        "tensorflow-trainjob",
+        replace(
+            "kind: PyTorchJob\n  replicas: {Master: 1}",
+            "kind: TrainJob",
+            replace("params: {", "framework: tensorflow\n  params: {"),
+        ),
+        (
+            "job.kind TrainJob cannot run a tensorflow workload (TensorFlow is not a Kubeflow Trainer v2 runtime); "
+            "use TFJob",
+        ),
+        run=False,
+    ),
+    Case(
+        "queue-not-a-label-value",
+        replace("replicas: {Master: 1}", "replicas: {Master: 1}\n  queue: " + "q" * 64),
+        ("job.queue: expected a Kubernetes label value",),
+        run=False,
+    ),
+    Case(
+        "queue-not-a-name",
+        replace("replicas: {Master: 1}", "replicas: {Master: 1}\n  queue: Team_A"),
+        ("job.queue: expected a Kubernetes object name", "found 'Team_A'"),
+        run=False,
+    ),
+    Case(
+        "priority-class-without-queue",
+        replace("replicas: {Master: 1}", "replicas: {Master: 1}\n  priority_class: high"),
+        ("job.priority_class: needs job.queue",),
+        run=False,
+    ),
+    Case(
+        "admission-timeout-without-queue",
+        replace("replicas: {Master: 1}", "replicas: {Master: 1}\n  admission_timeout: 2h"),
+        ("job.admission_timeout: needs job.queue",),
+        run=False,
+    ),
     Case(
         "name-capitals",
         replace("name: demo", "name: Demo"),

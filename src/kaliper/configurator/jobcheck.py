@@ -16,7 +16,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from kaliper.jobs.kubeflow import CONTAINER_NAME, GROUP, REPLICA_SPECS_FIELD, REPLICA_TYPES, VERSION, pod_name
+from kaliper.jobs.kubeflow import API_VERSION as API_VERSIONS
+from kaliper.jobs.kubeflow import (
+    CONTAINER_NAME,
+    GROUP,
+    NODE,
+    REPLICA_SPECS_FIELD,
+    REPLICA_TYPES,
+    TRAINJOB,
+    VERSION,
+    pod_name,
+)
 from kaliper.spec import BenchmarkSpec
 from kaliper.spec.kubenames import (
     check_dns1123_label,
@@ -151,6 +161,23 @@ def _check_pod(pod: dict[str, Any], path: str, expect: JobExpectations) -> None:
             f"{len(containers)} containers",
         )
     _check_container(containers[0], _at(_at(spec_path, "containers"), 0), expect.container)
+    _check_pod_limits(pod, path, expect)
+
+
+def _check_pod_limits(pod: dict[str, Any], path: str, expect: JobExpectations) -> None:
+    """What no pod of Kaliper's may have, whoever defines its containers: host access, another service
+    account, privilege."""
+    spec_path = _at(path, "spec")
+    spec = _mapping(pod.get("spec"), spec_path, required=False)
+    if expect.kind == TRAINJOB:  # a patch's containers name the runtime's; no image needed
+        metadata = _mapping(pod.get("metadata"), _at(path, "metadata"), required=False)
+        _check_meta(metadata, _at(path, "metadata"))
+        for i, container in enumerate(_list(spec.get("containers"), _at(spec_path, "containers"))):
+            patched = {
+                "image": "(the runtime's)",
+                **_mapping(container, _at(_at(spec_path, "containers"), i)),
+            }
+            _check_container(patched, _at(_at(spec_path, "containers"), i), None)
     for i, init in enumerate(_list(spec.get("initContainers"), _at(spec_path, "initContainers"))):
         _check_container(init, _at(_at(spec_path, "initContainers"), i), None)
     if spec.get("ephemeralContainers"):
@@ -210,8 +237,9 @@ def check_job(manifest: Any, expect: JobExpectations) -> None:
         raise Problem(
             f"the template's value: expected a {expect.kind} object, found {type(manifest).__name__}"
         )
-    if manifest.get("apiVersion") != API_VERSION:
-        raise _fail("apiVersion", API_VERSION, manifest.get("apiVersion"))
+    api_version = API_VERSIONS.get(expect.kind, API_VERSION)
+    if manifest.get("apiVersion") != api_version:
+        raise _fail("apiVersion", api_version, manifest.get("apiVersion"))
     if manifest.get("kind") != expect.kind:
         raise _fail("kind", f"{expect.kind} (job.kind)", manifest.get("kind"))
     metadata = _mapping(manifest.get("metadata"), "metadata")
@@ -222,7 +250,36 @@ def check_job(manifest: Any, expect: JobExpectations) -> None:
     if metadata.get("namespace") is not None:
         _name_problem("metadata.namespace", check_dns1123_label(metadata["namespace"]))
     _check_meta(metadata, "metadata")
+    if expect.kind == TRAINJOB:
+        _check_trainjob(manifest, expect)
+        return
     _check_replicas(manifest, expect, name)
+
+
+def _check_trainjob(manifest: dict[str, Any], expect: JobExpectations) -> None:
+    """A TrainJob: the trainer's ranks as the spec counts them (numNodes × numProcPerNode), its container
+    checked as a replica's is, and its runtime patches' pods held to the same limits as a v1 pod.
+    (Minimal check for the launch step; the spec helper's jobcheck is the full one.)"""
+    spec = _mapping(manifest.get("spec"), "spec")
+    trainer = _mapping(spec.get("trainer"), "spec.trainer")
+    nodes, procs = trainer.get("numNodes"), trainer.get("numProcPerNode")
+    ranks = expect.replicas.get(NODE)
+    if type(nodes) is not int or type(procs) is not int or nodes * procs != ranks:
+        found = f"numNodes {nodes!r} × numProcPerNode {procs!r}"
+        raise _fail("spec.trainer", f"{ranks} ranks (job.replicas.{NODE})", found)
+    _check_container({"name": expect.container, **trainer}, "spec.trainer", expect.container)
+    for i, patch in enumerate(_list(spec.get("runtimePatches"), "spec.runtimePatches")):
+        where = _at(_at("spec", "runtimePatches"), i)
+        runtime = _mapping(_mapping(patch, where).get("trainingRuntimeSpec"), where, required=False)
+        template = _mapping(runtime.get("template"), where, required=False)
+        jobs = _list(_mapping(template.get("spec"), where, required=False).get("replicatedJobs"), where)
+        for j, job in enumerate(jobs):
+            path = f"{where}.trainingRuntimeSpec.template.spec.replicatedJobs[{j}].template.spec.template"
+            pod = _mapping(
+                _mapping(_mapping(job, path).get("template"), path, False).get("spec"), path, False
+            )
+            pod = _mapping(pod.get("template"), path, required=False)
+            _check_pod_limits(pod, path, expect)
 
 
 def manifest_problem(manifest: Any, expect: JobExpectations) -> str | None:

@@ -308,6 +308,8 @@ def _timed_out(watched: _Watched, last: JobState, timeout_s: float, error: KubeA
     message = f"{kind} {watched.namespace}/{watched.name} reached neither Succeeded nor Failed within {timeout_s:g}s"
     if last.current:
         message += f" (last condition: {last.current}: {last.message})"
+    if watched.admitted is not None:  # Kueue let it go: what held it since was scheduling or the run
+        message += f"; admitted by Kueue at {watched.admitted.isoformat()}, so not waiting in the queue"
     if error is not None:
         message += f"; last API error: {error}"
     return JobState("Failed", LAUNCH_TIMEOUT, message + "; the job was left in place")
@@ -340,7 +342,7 @@ def _launch_doc(
         tail = ""
         waiting = pods.not_started() if culprit is None and state.reason != NOT_ADMITTED else []
         if waiting:  # a timeout, a deadline or a vanished job: say which replicas never ran, and why
-            message = f"{_sentence(message)} Not started: {'; '.join(waiting)}."
+            message = f"{_sentence(message)} Not started: {'; '.join(w.rstrip('.') for w in waiting)}."
         if culprit is not None:
             pod = pods.seen[culprit]
             summary = pods.container_summary(culprit)

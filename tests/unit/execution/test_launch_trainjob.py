@@ -21,15 +21,17 @@ from typing import Any
 
 import pytest
 import yaml
+from jsonschema import Draft7Validator
 
 from kaliper.configurator.jobcheck import JobExpectations
-from kaliper.execution.jobobject import RESULTS_VOLUME, job_name
+from kaliper.execution.jobobject import RESULTS_VOLUME, job_name, prepare_job
 from kaliper.execution.logrecords import MAX_LOG_BYTES
 from kaliper.jobs.kubeflow import JOBSET_NAME_LABEL, QUEUE_LABEL, RUNTIME_PATCH_MANAGER
 from kaliper.results.documents import LaunchDoc
 from kaliper.results.protocol import RunIdentity, failure_record, result_line
 from kaliper.results.record import load_record
 from kaliper.storage import Storage, layout
+from tests.support.k8s_schemas import crd, list_map_duplicates, pruned_fields
 from tests.unit.execution.test_launch_apiserver import (
     EXP,
     PYTORCH,
@@ -454,3 +456,47 @@ def test_a_trainjob_of_other_rank_counts_is_refused(tmp_path: Path, server: ApiS
     with pytest.raises(Exception, match=r"spec\.trainer: expected 4 ranks"):
         run(storage, server, 4)
     assert server.requests == []
+
+
+def test_the_created_trainjob_passes_the_v2_3_crd(tmp_path: Path, schemas_dir: Path) -> None:
+    """What the launch step creates (labels and results volume through Kaliper's runtime patch, queued):
+    valid against trainer.kubeflow.org_trainjobs.yaml v2.3.0, with no field the API server would prune."""
+    storage = trainjob_experiment(tmp_path, nodes=2, procs=2, queue="team-a-gpu")
+    manifest = yaml.safe_load(storage.get(layout.job_key(EXP, "t000")))
+    job = prepare_job(manifest, EXP, "t000", 1, workflow_name=WF, workflow_uid=WFUID, namespace="bench",
+                      volume_claim="kaliper-results", mount_path="/results")  # fmt: skip
+    document = crd(schemas_dir / "kubeflow-trainer-v2.3.0" / "trainer.kubeflow.org_trainjobs.yaml")
+    (version,) = [v for v in document["spec"]["versions"] if v["name"] == "v1alpha1"]
+    schema = version["schema"]["openAPIV3Schema"]
+    problems = [f"{list(e.absolute_path)}: {e.message}" for e in Draft7Validator(schema).iter_errors(job)]
+    problems += [f"{p}: pruned" for p in pruned_fields(job, schema)] + list(list_map_duplicates(job, schema))
+    assert problems == []
+    assert job["metadata"]["labels"][QUEUE_LABEL] == "team-a-gpu" and job["spec"]["suspend"] is True
+    wrong = {
+        **job,
+        "spec": {**job["spec"], "trainer": {**job["spec"]["trainer"], "numNodes": "2", "nodes": 2}},
+    }
+    found = [e.message for e in Draft7Validator(schema).iter_errors(wrong)] + list(
+        pruned_fields(wrong, schema)
+    )
+    assert found == ["'2' is not of type 'integer'", "spec.trainer.nodes"]
+
+
+def test_admitted_but_unschedulable_is_told_apart_from_waiting_for_admission(
+    tmp_path: Path, server: ApiServer
+) -> None:
+    """Kueue admitted it (Suspended False), but its pod never got a node: a LaunchTimeout naming the pod's
+    reason, with the admission time; not NotAdmitted."""
+    storage = trainjob_experiment(tmp_path, nodes=1, procs=1, queue="team-a-gpu")
+    name = job_name("ddp-t000", WF, EXP, "t000", 0)
+    admitted = trainjob(name, condition("Suspended", "False", "Resumed", "TrainJob is resumed", 20))
+    pod = node_pod(name, 0)
+    pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                     "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}  # fmt: skip
+    server.script = Script(lists=[listing(admitted)], pods=lambda job: pod_list(pod))
+    doc = run(storage, server, 1, timeout_s=1.0)
+    assert (doc.status, doc.reason) == ("failed", "LaunchTimeout")
+    assert "admitted by Kueue at 2025-03-04T10:00:20+00:00, so not waiting in the queue" in doc.message
+    assert doc.message.endswith("Not started: node 0, rank 0: Unschedulable: 0/3 nodes are available: "
+                                "3 Insufficient nvidia.com/gpu.")  # fmt: skip
+    assert doc.phases["admitted"] is not None and doc.phases["scheduled"] is None

@@ -11,15 +11,23 @@ from pathlib import Path
 from typing import Any, Final
 
 from kaliper.errors import ExecutionError, InputError
-from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_REPETITION, LABEL_TRIAL, PLURALS
-from kaliper.jobs.manifest import for_repetition, replica_specs
+from kaliper.jobs.kubeflow import (
+    CONTAINER_NAME,
+    LABEL_EXPERIMENT,
+    LABEL_REPETITION,
+    LABEL_TRIAL,
+    PLURALS,
+    TRAINJOB,
+)
+from kaliper.jobs.manifest import for_repetition, pod_templates
 
 WORKFLOW_LABEL: Final = "workflows.argoproj.io/workflow"
 RESULTS_VOLUME: Final = "kaliper-results"
 SA_NAMESPACE_FILE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_NAMESPACE: Final = "default"
 # Pods and services are named <job>-<replicatype>-<index> and must stay DNS-1035 labels (<= 63
-# characters): "-evaluator-" (11) plus a 3-digit index leaves 49; 45 keeps a margin.
+# characters): "-evaluator-" (11) plus a 3-digit index leaves 49; 45 keeps a margin. A TrainJob's pods
+# are <job>-node-0-<node>-<5 random> (JobSet, then the Indexed Job): 45 + 8 + 3 + 6 = 62.
 MAX_JOB_NAME: Final = 45
 DIGEST_CHARS: Final = 6
 DNS_1035: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -64,7 +72,7 @@ def resolve_namespace(manifest: dict[str, Any], namespace_file: Path = SA_NAMESP
 def plural_of(manifest: dict[str, Any]) -> str:
     kind = manifest.get("kind")
     if kind not in PLURALS:
-        raise ExecutionError(f"job.yaml: kind {kind!r} is not a TFJob or PyTorchJob")
+        raise ExecutionError(f"job.yaml: kind {kind!r} is not a TFJob, PyTorchJob or TrainJob")
     return PLURALS[kind]
 
 
@@ -124,20 +132,24 @@ def prepare_job(
     if workflow_uid:
         owners = [o for o in metadata.get("ownerReferences") or [] if o.get("uid") != workflow_uid]
         metadata["ownerReferences"] = [*owners, owner_reference(workflow_name, workflow_uid)]
-    for spec in replica_specs(job).values():
-        template = spec.setdefault("template", {})
+    # v1: every replica's pod template; a TrainJob: Kaliper's runtime patch of the trainer's pods
+    for template in pod_templates(job):
         pod_meta = template.setdefault("metadata", {})
         pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **labels}
         if volume_claim is not None and mount_path is not None:
-            _mount_results(template.setdefault("spec", {}), volume_claim, mount_path)
+            _mount_results(template.setdefault("spec", {}), volume_claim, mount_path, job["kind"])
     return job
 
 
-def _mount_results(pod_spec: dict[str, Any], claim: str, mount_path: str) -> None:
+def _mount_results(pod_spec: dict[str, Any], claim: str, mount_path: str, kind: str) -> None:
     volumes = [v for v in pod_spec.get("volumes") or [] if v.get("name") != RESULTS_VOLUME]
     volumes.append({"name": RESULTS_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
     pod_spec["volumes"] = volumes
-    for container in pod_spec.get("containers") or []:
+    containers = pod_spec.setdefault("containers", [])
+    if kind == TRAINJOB and not any(c.get("name") == CONTAINER_NAME[kind] for c in containers):
+        # a patch names the container it changes: the trainer's, "node" (its image comes from the runtime)
+        containers.append({"name": CONTAINER_NAME[kind]})
+    for container in containers:
         mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") != RESULTS_VOLUME]
         mounts.append({"name": RESULTS_VOLUME, "mountPath": mount_path})
         container["volumeMounts"] = mounts

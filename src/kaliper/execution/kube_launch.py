@@ -1,4 +1,5 @@
-"""`kaliper step launch`, library part: create one repetition's TFJob/PyTorchJob, wait for it, record it.
+"""`kaliper step launch`, library part: create one repetition's TFJob/PyTorchJob/TrainJob, wait for it,
+record it.
 
 Runs inside an Argo/KFP pod with the workflow's service account. A retried step is safe: a written
 launch.json is returned as is, and the job name is the same on every try, so a job created by an
@@ -7,6 +8,9 @@ earlier try is found (409 AlreadyExists) and waited for instead of created twice
 Waiting mirrors `kubectl wait --for=condition=...`: list the job, watch it from the list's
 resourceVersion, and on an expired watch (410), an ERROR event, a broken connection or the end of the
 stream, list again and resume, all within `timeout_s`. The decisions live in `jobstate` / `jobobject`.
+A job submitted to a Kueue queue is created suspended: while it stays so it is "waiting for admission"
+(not "pending": no pod exists yet), and the time Kueue let it go is launch.json's `admitted` phase, so
+the report shows the admission wait apart from scheduling (created → admitted → scheduled → running).
 A failed run's replicas that stored no record get stand-in records (kaliper.results.protocol); a
 succeeded run's replicas of a workload with extraction rules that stored none (an unwrapped image) get
 records read from their pod logs (kaliper.execution.logrecords).
@@ -19,7 +23,7 @@ import math
 import time
 from contextlib import closing
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -29,11 +33,20 @@ from kaliper.errors import ExecutionError, InputError
 from kaliper.execution import AfterRun
 from kaliper.execution.executor import RunRef
 from kaliper.execution.jobobject import ownership_problem, plural_of, prepare_job, resolve_namespace
-from kaliper.execution.jobstate import JobState, PodView, job_state, main_container_status, parse_time
+from kaliper.execution.jobstate import (
+    JobState,
+    PodView,
+    job_state,
+    main_container_status,
+    parse_time,
+    queue_of,
+    resumed_at,
+    suspended,
+)
 from kaliper.execution.kubeapi import JobApi, KubeApiError
 from kaliper.execution.logrecords import LogReader, cluster_provenance
 from kaliper.execution.recorder import LOG_TAIL_LINES, RunRecorder
-from kaliper.jobs.kubeflow import CONTAINER_NAME
+from kaliper.jobs.kubeflow import CONTAINER_NAME, NOT_ADMITTED, POD_SELECTOR_LABEL, replica_id
 from kaliper.results.documents import LAUNCH_SCHEMA, FailureInfo, LaunchDoc, load_versioned
 from kaliper.results.readers import read_experiment, read_trial
 from kaliper.storage import Storage, layout
@@ -58,18 +71,36 @@ class _Watched:
     pods: PodView
     job: dict[str, Any] | None = None
     status: Any = None
+    held: bool = False  # ever seen suspended (waiting for Kueue's admission)
+    admitted: datetime | None = None
 
     def see(self, job: dict[str, Any]) -> JobState:
         """Record a job object; list its pods when its status moved (pods can vanish later)."""
         self.job = job
+        self.note_admission(job)
         if job.get("status") != self.status:
             self.status = job.get("status")
             self.observe_pods()
         return job_state(job)
 
+    def note_admission(self, job: dict[str, Any]) -> None:
+        """Waiting for admission, or admitted: when its Suspended condition turned False, else when it
+        was first seen unsuspended after being seen suspended."""
+        resumed = resumed_at(job)
+        if suspended(job):
+            if not self.held:
+                log.info("%s %s/%s is waiting for admission (queue %s)", job.get("kind"), self.namespace,
+                         self.name, queue_of(job) or "none")  # fmt: skip
+            self.held, self.admitted = True, None
+        elif (self.held or resumed is not None) and self.admitted is None:
+            self.held, self.admitted = True, resumed or datetime.now(UTC)
+            log.info("%s %s/%s was admitted; its pods may still be pending", job.get("kind"),
+                     self.namespace, self.name)  # fmt: skip
+
     def observe_pods(self) -> None:
         try:
-            self.pods.observe(self.api.list_pods(self.namespace, self.name))
+            label = POD_SELECTOR_LABEL[self.pods.kind]
+            self.pods.observe(self.api.list_pods(self.namespace, self.name, label))
         except KubeApiError as exc:
             log.warning("%s (replica details may be incomplete)", exc)
 
@@ -157,6 +188,7 @@ def launch_run(
     api = api or JobApi.from_environment()
     created = _create_or_adopt(api, namespace, plural, body, experiment, trial, repetition, workflow_uid)
     watched = _Watched(api, namespace, plural, name, PodView.for_job(body), created)
+    watched.note_admission(created)
     state = _wait(watched, deadline, timeout_s)
     watched.observe_pods()
     doc = _launch_doc(watched, body, created, state, experiment, trial, repetition)
@@ -263,10 +295,21 @@ def _pause(seconds: float) -> None:
 
 
 def _timed_out(watched: _Watched, last: JobState, timeout_s: float, error: KubeApiError | None) -> JobState:
-    kind = (watched.job or {}).get("kind", "job")
+    job = watched.job or {}
+    kind = job.get("kind", "job")
+    if job and suspended(job):  # Kueue never let it go: no pod was ever made, nothing to say of them
+        message = (
+            f"{kind} {watched.namespace}/{watched.name} was not admitted by Kueue within {timeout_s:g}s: "
+            f"waiting for admission in queue {queue_of(job) or '(none: the job was created suspended)'}"
+        )
+        if error is not None:
+            message += f"; last API error: {error}"
+        return JobState("Failed", NOT_ADMITTED, message + "; the job was left in place")
     message = f"{kind} {watched.namespace}/{watched.name} reached neither Succeeded nor Failed within {timeout_s:g}s"
     if last.current:
         message += f" (last condition: {last.current}: {last.message})"
+    if watched.admitted is not None:  # Kueue let it go: what held it since was scheduling or the run
+        message += f"; admitted by Kueue at {watched.admitted.isoformat()}, so not waiting in the queue"
     if error is not None:
         message += f"; last API error: {error}"
     return JobState("Failed", LAUNCH_TIMEOUT, message + "; the job was left in place")
@@ -294,26 +337,29 @@ def _launch_doc(
     message, failure = state.message, None
     if not succeeded:
         culprit = None
-        if state.reason not in (LAUNCH_TIMEOUT, JOB_DELETED) and not state.limit_failure:
+        if state.reason not in (LAUNCH_TIMEOUT, JOB_DELETED, NOT_ADMITTED) and not state.limit_failure:
             culprit = pods.failing_replica()
         tail = ""
-        waiting = pods.not_started() if culprit is None else []
+        waiting = pods.not_started() if culprit is None and state.reason != NOT_ADMITTED else []
         if waiting:  # a timeout, a deadline or a vanished job: say which replicas never ran, and why
-            message = f"{_sentence(message)} Not started: {'; '.join(waiting)}."
+            message = f"{_sentence(message)} Not started: {'; '.join(w.rstrip('.') for w in waiting)}."
         if culprit is not None:
             pod = pods.seen[culprit]
             summary = pods.container_summary(culprit)
-            message = (
-                f"{_sentence(message)} {culprit[0]}-{culprit[1]} ({pod['metadata']['name']}): {summary}."
-            )
+            message = f"{_sentence(message)} {pods.label(culprit)} ({pod['metadata']['name']}): {summary}."
             tail = _log_tail(watched, pod, kind)
         failure = FailureInfo(
-            replica=f"{culprit[0]}-{culprit[1]}" if culprit else None,
+            # a TrainJob's failing node is named by its first rank; every rank of that pod gets its tail
+            replica=replica_id(*pods.first_replica(culprit)) if culprit else None,
             reason=state.reason,
             message=message,
             log_tail=tail,
         )
     created_at: datetime | None = parse_time(created.get("metadata", {}).get("creationTimestamp"))
+    phases = {"created": created_at, "scheduled": pods.scheduled(), "running": pods.running(),
+              "finished": state.finished}  # fmt: skip
+    if watched.held:  # queued through Kueue: when it was let go (None: never)
+        phases = {"created": created_at, "admitted": watched.admitted, **phases}
     return LaunchDoc(
         experiment=experiment,
         trial=trial,
@@ -323,12 +369,7 @@ def _launch_doc(
         status="succeeded" if succeeded else "failed",
         reason=state.reason,
         message=message,
-        phases={
-            "created": created_at,
-            "scheduled": pods.scheduled(),
-            "running": pods.running(),
-            "finished": state.finished,
-        },
+        phases=phases,
         replicas=pods.replicas(),
         failure=failure,
     )

@@ -13,13 +13,22 @@ from typing import Any, Final
 
 from kaliper import settings
 from kaliper.errors import ExecutionError
-from kaliper.jobs.kubeflow import GROUP, JOB_NAME_LABEL, VERSION
+from kaliper.jobs.kubeflow import GROUP_VERSION, JOB_NAME_LABEL, PLURALS
 
 REQUEST_TIMEOUT_S: Final = 30.0
 CONNECT_TIMEOUT_S: Final = 10.0
 # A watch sends nothing while the job is unchanged; the server closes it after timeout_seconds.
 WATCH_READ_SLACK_S: Final = 15.0
 LOG_READ_TIMEOUT_S: Final = 120.0  # a whole log of up to limit_bytes (tens of MiB)
+# plural → (group, version): kubeflow.org/v1 for TFJob and PyTorchJob, trainer.kubeflow.org/v1alpha1 for TrainJob
+_GROUP_VERSION: Final = {PLURALS[kind]: group_version for kind, group_version in GROUP_VERSION.items()}
+
+
+def _api_of(plural: str) -> tuple[str, str]:
+    found = _GROUP_VERSION.get(plural)
+    if found is None:
+        raise ExecutionError(f"no job kind has the plural {plural!r} (known: {', '.join(_GROUP_VERSION)})")
+    return found
 
 
 class KubeApiError(ExecutionError):
@@ -56,7 +65,8 @@ def _describe(exc: BaseException) -> tuple[int, str, str]:
 
 
 class JobApi:
-    """CustomObjectsApi (kubeflow.org/v1 jobs) and CoreV1Api (pods, logs) over one ApiClient."""
+    """CustomObjectsApi (kubeflow.org/v1 and trainer.kubeflow.org/v1alpha1 jobs, by plural) and CoreV1Api
+    (pods, logs) over one ApiClient."""
 
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client
@@ -101,7 +111,7 @@ class JobApi:
         name = body["metadata"]["name"]
         try:
             created: dict[str, Any] = self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, body, _request_timeout=REQUEST_TIMEOUT_S
+                *_api_of(plural), namespace, plural, body, _request_timeout=REQUEST_TIMEOUT_S
             )
         except Exception as exc:
             raise self._fail(f"creating {body.get('kind')} {name} in namespace {namespace}", exc) from None
@@ -110,7 +120,7 @@ class JobApi:
     def get_job(self, namespace: str, plural: str, name: str) -> dict[str, Any]:
         try:
             job: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, name, _request_timeout=REQUEST_TIMEOUT_S
+                *_api_of(plural), namespace, plural, name, _request_timeout=REQUEST_TIMEOUT_S
             )
         except Exception as exc:
             raise self._fail(f"reading {plural} {name} in namespace {namespace}", exc) from None
@@ -120,8 +130,7 @@ class JobApi:
         """The job (None when gone) and the list's resourceVersion: a fresh point to watch from."""
         try:
             listing: dict[str, Any] = self.custom.list_namespaced_custom_object(
-                GROUP,
-                VERSION,
+                *_api_of(plural),
                 namespace,
                 plural,
                 field_selector=f"metadata.name={name}",
@@ -147,8 +156,7 @@ class JobApi:
         try:
             stream = watcher.stream(
                 self.custom.list_namespaced_custom_object,
-                GROUP,
-                VERSION,
+                *_api_of(plural),
                 namespace,
                 plural,
                 field_selector=f"metadata.name={name}",
@@ -171,11 +179,12 @@ class JobApi:
 
     # ------------------------------------------------------------------------------------- pods
 
-    def list_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
+    def list_pods(self, namespace: str, job_name: str, label: str = JOB_NAME_LABEL) -> list[dict[str, Any]]:
+        """The pods whose `label` (jobs.kubeflow.POD_SELECTOR_LABEL of the job's kind) names the job."""
         try:
             response = self.core.list_namespaced_pod(
                 namespace,
-                label_selector=f"{JOB_NAME_LABEL}={job_name}",
+                label_selector=f"{label}={job_name}",
                 _preload_content=False,
                 _request_timeout=REQUEST_TIMEOUT_S,
             )

@@ -111,6 +111,7 @@ class LogReader:
     namespace: str
     pods: PodView
     texts: dict[tuple[str, int], str] = field(default_factory=dict)
+    by_pod: dict[str, str] = field(default_factory=dict)
 
     def __call__(self, rtype: str, index: int) -> str:
         key = (rtype, index)
@@ -119,10 +120,17 @@ class LogReader:
         return self.texts[key]
 
     def _read(self, rtype: str, index: int) -> str:
-        pod = self.pods.seen.get((rtype, index))
+        """A replica's pod log: a TrainJob's ranks share their node's, read once (each rank's record
+        there is found by its record key, kaliper.results.protocol.printed_record)."""
+        pod = self.pods.pod_for(rtype, index)
         if pod is None:
             return f"(kaliper: no pod of {replica_name(rtype, index)} was seen, so no log to read)"
         name = pod["metadata"]["name"]
+        if name not in self.by_pod:
+            self.by_pod[name] = self._read_pod(pod, name)
+        return self.by_pod[name]
+
+    def _read_pod(self, pod: dict[str, Any], name: str) -> str:
         container = main_container_status(pod, self.pods.kind).get("name") or CONTAINER_NAME[self.pods.kind]
         try:
             text, cut = self.api.read_full_log(self.namespace, name, container, MAX_LOG_BYTES)
@@ -139,7 +147,7 @@ def cluster_provenance(pods: PodView, image: str | None) -> Callable[[str, int],
     """Stack and hardware of each replica, from its pod as last seen."""
 
     def provenance(rtype: str, index: int) -> tuple[Stack, Hardware]:
-        pod = pods.seen.get((rtype, index))
+        pod = pods.pod_for(rtype, index)
         status = main_container_status(pod, pods.kind) if pod is not None else {}
         return pod_stack(image, status.get("imageID")), pod_hardware(pod, pods.kind)
 

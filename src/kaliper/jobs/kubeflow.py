@@ -86,6 +86,25 @@ TRAINJOB_FAILED: Final = "Failed"
 TRAINJOB_SUSPENDED: Final = "Suspended"
 TRAINJOB_RESUMED_REASON: Final = "Resumed"
 RUNTIME_PATCH_MANAGER: Final = "kaliper.dev/kaliper"
+# How a TrainJob ends (trainer v2.3.0): the JobSet's Completed / Failed conditions are copied onto it as
+# Complete / Failed, reason and message kept (pkg/runtime/framework/plugins/jobset/jobset.go:450-457);
+# its own deadline sets Failed, reason DeadlineExceeded, and deletes the JobSet
+# (pkg/controller/trainjob_controller.go:155-185, pkg/constants/constants.go:85-88). JobSet v0.12.0 (the
+# trainer's go.mod) fails a JobSet without a failurePolicy on its first failed child Job, reason
+# FailedJobs, message "jobset failed due to one or more job failures (first failed job: <job>)"
+# (pkg/controllers/failure_policy.go:52-61, pkg/constants/constants.go:57-58); a child Job fails when its
+# pods' failures pass its backoffLimit (6 by default: the torch-distributed runtime sets none, and the
+# JobSet webhook defaults the pod's restartPolicy to OnFailure, pkg/webhooks/jobset_webhook.go:125-126, so
+# the container restarts in place and its restartCount grows).
+TRAINJOB_DEADLINE_MESSAGE: Final = "TrainJob exceeded its active deadline"
+JOBSET_FAILED_JOBS: Final = "FailedJobs"
+JOBSET_MAX_RESTARTS: Final = "ReachedMaxRestarts"
+# Suspension of a v1 job (training operator v1.9.3, pkg/controller.v1/common/job.go:146-172,
+# pkg/util/status.go:25-28): runPolicy.suspend true gives a "Suspended" condition True, reason
+# "<Kind>Suspended"; unsuspending sets it False, reason "<Kind>Resumed", and resets status.startTime.
+V1_SUSPENDED: Final = "Suspended"
+# What a run's job waiting for Kueue is called when Kaliper's own timeout ends it.
+NOT_ADMITTED: Final = "NotAdmitted"
 # Labels JobSet (and the Job controller) put on a TrainJob's pods: which TrainJob (the JobSet has its
 # name), which replicated job ("node"), and the node rank (the Indexed Job's completion index, which is
 # also the annotation the torch plugin reads PET_NODE_RANK from).
@@ -96,6 +115,13 @@ COMPLETION_INDEX_LABEL: Final = "batch.kubernetes.io/job-completion-index"
 # is submitted to, and its WorkloadPriorityClass. Kueue admits a job by unsuspending it.
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL: Final = "kueue.x-k8s.io/priority-class"
+# The label that finds a job's pods: the operator's job-name label (v1); JobSet's jobset-name (a TrainJob's
+# JobSet has the TrainJob's name, pkg/runtime/framework/plugins/jobset/jobset.go:413).
+POD_SELECTOR_LABEL: Final = {
+    "PyTorchJob": JOB_NAME_LABEL,
+    "TFJob": JOB_NAME_LABEL,
+    "TrainJob": JOBSET_NAME_LABEL,
+}
 
 # Kaliper's labels on the job and its pods (Prometheus joins resource use to runs on them).
 LABEL_EXPERIMENT: Final = "kaliper.dev/experiment"

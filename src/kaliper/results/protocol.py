@@ -115,6 +115,9 @@ def stand_in_records(
         return []
     seen = {(canonical_replica_type(r.replica_type), r.index): r for r in launch.replicas}
     created = launch.phases.get("created") or datetime.now(UTC)
+    # the pod whose log tail it is: a TrainJob's node runs several ranks, and each gets the tail
+    named = launch.failure.replica if launch.failure is not None else None
+    failing = next((r.pod for r in launch.replicas if replica_id(r.replica_type, r.index) == named), None)
     records = []
     for rtype, index in replicas_of(trial.job.replicas):
         if has_record(rtype, index):
@@ -124,7 +127,9 @@ def stand_in_records(
         if replica is not None and replica.reason not in _PLAIN_FAILURES:
             error += f" (this replica: {replica.reason}, exit code {replica.exit_code})"
         failure = launch.failure
-        if failure is not None and failure.replica == replica_id(rtype, index) and failure.log_tail:
+        ran_there = failure is not None and failure.replica == replica_id(rtype, index)
+        ran_there = ran_there or (replica is not None and failing is not None and replica.pod == failing)
+        if failure is not None and ran_there and failure.log_tail:
             error += "\n--- log tail ---\n" + failure.log_tail
         identity = RunIdentity(
             launch.experiment, launch.trial, launch.repetition, rtype, index, storage_url, trial.stack.image

@@ -167,9 +167,9 @@ class Handler(BaseHTTPRequestHandler):
             if "limitBytes" in request.query:
                 text = text.encode()[: int(request.query["limitBytes"])].decode(errors="replace")
             self._send(200, text, "text/plain")
-        elif segments[-1] in ("pytorchjobs", "tfjobs") and request.watch:
+        elif segments[-1] in ("pytorchjobs", "tfjobs", "trainjobs") and request.watch:
             self._watch(int(request.query["timeoutSeconds"]))
-        elif segments[-1] in ("pytorchjobs", "tfjobs"):
+        elif segments[-1] in ("pytorchjobs", "tfjobs", "trainjobs"):
             listing = script.lists.pop(0) if len(script.lists) > 1 else script.lists[0]
             self.server.current = listing["items"][0] if listing["items"] else None
             self._send(200, listing)

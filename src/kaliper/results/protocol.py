@@ -21,8 +21,8 @@ from typing import Any, Final, Literal
 
 from kaliper import settings
 from kaliper._version import __version__
-from kaliper.errors import KaliperError, StorageError
-from kaliper.jobs.kubeflow import canonical_replica_type, replica_id, replicas_of, run_status
+from kaliper.errors import InputError, KaliperError, StorageError
+from kaliper.jobs.kubeflow import NODE, canonical_replica_type, replica_id, replicas_of, run_status
 from kaliper.results.documents import LaunchDoc, TrialDoc
 from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import RecordIds, ResultRecord, Timestamps, WorkloadInfo, load_record
@@ -50,12 +50,13 @@ class RunIdentity:
     def from_env(cls) -> RunIdentity:
         given = settings.current()
         experiment, trial = given[settings.EXPERIMENT], given[settings.TRIAL]
+        replica_type = canonical_replica_type(given[settings.REPLICA_TYPE])
         return cls(
             experiment="adhoc" if experiment is None else experiment,
             trial="adhoc" if trial is None else trial,
             repetition=given[settings.REPETITION],
-            replica_type=canonical_replica_type(given[settings.REPLICA_TYPE]),
-            replica_index=given[settings.REPLICA_INDEX],
+            replica_type=replica_type,
+            replica_index=_replica_index(given, replica_type),
             storage=given[settings.STORAGE] or None,
             image=given[settings.IMAGE] or None,
         )
@@ -68,6 +69,22 @@ class RunIdentity:
             replica_type=self.replica_type,
             replica_index=self.replica_index,
         )
+
+
+def _replica_index(given: settings.Settings, replica_type: str) -> int:
+    """KALIPER_REPLICA_INDEX where set. A TrainJob's pod runs several ranks with one environment, so its
+    template sets no index and each process is its torchrun RANK (a "Node" replica's index is its rank)."""
+    if (given.text(settings.REPLICA_INDEX.name) or "").strip() or replica_type != NODE:
+        return given[settings.REPLICA_INDEX]
+    rank = (given[settings.RANK] or "").strip()
+    if not rank.isdigit():
+        found = "unset" if not rank else repr(rank)
+        raise InputError(
+            f"environment variable {settings.RANK.name}: a {NODE} replica (a TrainJob's rank) takes its index "
+            f"from torchrun's RANK when {settings.REPLICA_INDEX.name} is unset; expected a whole number >= 0, "
+            f"found {found} (run the trainer's command under torchrun)"
+        )
+    return int(rank)
 
 
 def failure_record(

@@ -41,6 +41,7 @@ from kaliper.jobs.manifest import replica_counts, replica_specs
 
 PYTHON_NAMES = ("python", "python3", "python3.11")
 _LABEL_PATH = re.compile(r"^metadata\.labels\['([^']+)'\]$")
+_ANNOTATION_PATH = re.compile(r"^metadata\.annotations\['([^']+)'\]$")
 
 
 # Settings of this machine, not of a run: they reach the replicas and win over the manifest's values
@@ -158,10 +159,15 @@ def stack_process_env(env: dict[str, str], python: str) -> dict[str, str]:
     return out
 
 
-def _field_value(path: str, pod: str, namespace: str, labels: dict[str, str]) -> str:
+def _field_value(
+    path: str, pod: str, namespace: str, labels: dict[str, str], annotations: dict[str, str]
+) -> str:
     match = _LABEL_PATH.match(path)
     if match:
         return labels.get(match.group(1), "")
+    match = _ANNOTATION_PATH.match(path)
+    if match:
+        return annotations.get(match.group(1), "")
     values = {
         "metadata.name": pod,
         "metadata.namespace": namespace,
@@ -175,9 +181,14 @@ def _field_value(path: str, pod: str, namespace: str, labels: dict[str, str]) ->
 
 
 def container_env(
-    container: dict[str, Any], pod: str, namespace: str, labels: dict[str, str]
+    container: dict[str, Any],
+    pod: str,
+    namespace: str,
+    labels: dict[str, str],
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """The container's declared env; secret and config-map references come from this environment."""
+    """The container's declared env; secret and config-map references come from this environment, field
+    references from the pod's name, labels and annotations (a TrainJob node's rank is an annotation)."""
     env: dict[str, str] = {}
     for item in container.get("env", []):
         name = item["name"]
@@ -186,7 +197,8 @@ def container_env(
             continue
         source = item.get("valueFrom", {})
         if "fieldRef" in source:
-            env[name] = _field_value(source["fieldRef"]["fieldPath"], pod, namespace, labels)
+            path = source["fieldRef"]["fieldPath"]
+            env[name] = _field_value(path, pod, namespace, labels, annotations or {})
         elif name in os.environ:
             env[name] = os.environ[name]  # credentials: from the environment, never from the manifest
         elif any(isinstance(ref, dict) and ref.get("optional") for ref in source.values()):

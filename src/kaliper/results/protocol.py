@@ -132,6 +132,17 @@ def stand_in_records(
         return []
     seen = {(canonical_replica_type(r.replica_type), r.index): r for r in launch.replicas}
     created = launch.phases.get("created") or datetime.now(UTC)
+    failure = launch.failure
+    # The failing replica's pod: its log tail is also that of every replica sharing the pod (a TrainJob
+    # node's ranks share its log).
+    failed_pod = next(
+        (
+            r.pod
+            for r in launch.replicas
+            if failure is not None and replica_id(r.replica_type, r.index) == failure.replica
+        ),
+        None,
+    )
     records = []
     for rtype, index in replicas_of(trial.job.replicas):
         if has_record(rtype, index):
@@ -140,8 +151,12 @@ def stand_in_records(
         error = f"{launch.reason}: {launch.message}"
         if replica is not None and replica.reason not in _PLAIN_FAILURES:
             error += f" (this replica: {replica.reason}, exit code {replica.exit_code})"
-        failure = launch.failure
-        if failure is not None and failure.replica == replica_id(rtype, index) and failure.log_tail:
+        in_failed_pod = replica is not None and bool(failed_pod) and replica.pod == failed_pod
+        if (
+            failure is not None
+            and failure.log_tail
+            and (failure.replica == replica_id(rtype, index) or in_failed_pod)
+        ):
             error += "\n--- log tail ---\n" + failure.log_tail
         identity = RunIdentity(
             launch.experiment, launch.trial, launch.repetition, rtype, index, storage_url, trial.stack.image

@@ -145,6 +145,11 @@ def configure(
             "node_selector": spec.job.node_selector,
             "tolerations": [t.to_kubernetes() for t in spec.job.tolerations],
             "success_policy": spec.job.success_policy,
+            "runtime": spec.job.runtime.model_dump(),
+            "nodes": spec.job.nodes,
+            "procs_per_node": spec.job.procs_per_node,
+            "queue": spec.job.queue,
+            "priority_class": spec.job.priority_class,
         }
         command = None if spec.workload.command is None else render_command(spec.workload.command, params)
         arguments = {

@@ -45,6 +45,7 @@ LIBRARY_DIR = Path(__file__).resolve().parent / "templates"
 BUILTIN_TEMPLATES = {
     "PyTorchJob": LIBRARY_DIR / "pytorchjob.libsonnet",
     "TFJob": LIBRARY_DIR / "tfjob.libsonnet",
+    "TrainJob": LIBRARY_DIR / "trainjob.libsonnet",
 }
 REFERENCE_ENV: Final = settings.TEMPLATE_REFERENCE.name
 DEFAULT_MEMORY: Final = settings.TEMPLATE_MEMORY.default

@@ -34,6 +34,14 @@ REPLICA_TYPES: Final[dict[str, tuple[str, ...]]] = {
 # framework → job kind. A NumPy workload is one process with no distributed runtime of its own: it runs
 # as a one-container PyTorchJob (Master: 1), like a single-process PyTorch run; the PyTorch image has NumPy.
 JOB_KIND_OF: Final = {"pytorch": "PyTorchJob", "tensorflow": "TFJob", "numpy": "PyTorchJob"}
+# framework → the job kinds that may run it (the first is JOB_KIND_OF's default). PyTorch (and NumPy, as
+# one process) also runs as a TrainJob; TensorFlow has no Trainer v2 runtime (v2.3.0 ships torch,
+# deepspeed, mlx, jax and xgboost ones: manifests/base/runtimes/), so it stays a TFJob.
+JOB_KINDS_OF: Final[dict[str, tuple[str, ...]]] = {
+    "pytorch": ("PyTorchJob", "TrainJob"),
+    "tensorflow": ("TFJob",),
+    "numpy": ("PyTorchJob", "TrainJob"),
+}
 REPLICA_SPECS_FIELD: Final = {"PyTorchJob": "pytorchReplicaSpecs", "TFJob": "tfReplicaSpecs"}
 # The container the operator treats as the replica: v1's default containers; a TrainJob's trainer
 # container is the runtime's container named "node" (constants.Node, pkg/constants/constants.go:69).

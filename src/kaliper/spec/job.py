@@ -2,6 +2,10 @@
 
 Every name here ends up in a Kubernetes object, so each is checked by the API server's own rules
 (kaliper.spec.kubenames) here, before anything runs, instead of by the API server an hour later.
+
+Which fields apply depends on `job.kind`: a v1 job (PyTorchJob, TFJob) has `replicas`; a TrainJob
+(Kubeflow Trainer v2) has `runtime`, `nodes` and `procs_per_node`. A field given to a kind that has no use
+for it is refused (`JobSpec.kind_problem`, naming the field), rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from kaliper._version import __version__
-from kaliper.jobs.kubeflow import REPLICA_TYPES
+from kaliper.jobs.kubeflow import DEFAULT_RUNTIME, NODE, REPLICA_TYPES, TRAINJOB
 from kaliper.spec.kubenames import (
     check_dns1123_label,
     check_dns1123_subdomain,
@@ -30,6 +34,11 @@ MAX_CPU = Decimal(4096)
 MAX_MEMORY = Decimal(64) * Decimal(2) ** 40
 MAX_GPUS = 256
 MAX_NODE_SELECTOR = 64
+MAX_NODES = 1024
+MAX_PROCS_PER_NODE = 256
+# Fields of `job:` that only some kinds use (the others apply to every kind).
+V1_ONLY = ("replicas",)
+TRAINJOB_ONLY = ("runtime", "nodes", "procs_per_node")
 
 
 def _duration(value: Any) -> float:
@@ -134,13 +143,69 @@ class Toleration(StrictModel):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
+def _name_and_label(value: str | None) -> str | None:
+    """A name that is also a label's value (Kueue's LocalQueue and WorkloadPriorityClass): both rules."""
+    if value is not None:
+        require(check_dns1123_subdomain(value) or check_label_value(value))
+    return value
+
+
+NameAndLabel = Annotated[str | None, AfterValidator(_name_and_label)]
+
+
+class RuntimeSpec(StrictModel):
+    """The Kubeflow Trainer runtime a TrainJob runs on (its `spec.runtimeRef`)."""
+
+    name: str = Field(
+        DEFAULT_RUNTIME,
+        description="name of the (Cluster)TrainingRuntime; Trainer v2.3 installs torch-distributed",
+    )
+    kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = Field(
+        "ClusterTrainingRuntime",
+        description="ClusterTrainingRuntime (cluster-wide) or TrainingRuntime (in the job's namespace)",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        require(check_dns1123_subdomain(value))
+        return value
+
+
 class JobSpec(StrictModel):
-    kind: Literal["PyTorchJob", "TFJob"] = Field(
-        "PyTorchJob", description="PyTorchJob (Master/Worker) or TFJob (Chief/Master/PS/Worker/Evaluator)"
+    kind: Literal["PyTorchJob", "TFJob", "TrainJob"] = Field(
+        "PyTorchJob",
+        description="PyTorchJob (Master/Worker) or TFJob (Chief/Master/PS/Worker/Evaluator): training "
+        "operator v1; TrainJob: Kubeflow Trainer v2 (PyTorch only: nodes × procs_per_node ranks)",
     )
     replicas: dict[str, Annotated[int, Field(ge=1, le=1024, strict=True)]] = Field(
         default_factory=lambda: {"Master": 1},
-        description="replica type → count, e.g. {Master: 1, Worker: 1}",
+        description="PyTorchJob and TFJob: replica type → count, e.g. {Master: 1, Worker: 1} (a TrainJob "
+        "uses nodes and procs_per_node)",
+    )
+    runtime: RuntimeSpec = Field(
+        default_factory=RuntimeSpec,
+        description="TrainJob only: the training runtime it references (spec.runtimeRef)",
+    )
+    nodes: StrictInt = Field(
+        1, ge=1, le=MAX_NODES, description="TrainJob only: nodes (pods) of the trainer (trainer.numNodes)"
+    )
+    procs_per_node: StrictInt = Field(
+        1,
+        ge=1,
+        le=MAX_PROCS_PER_NODE,
+        description="TrainJob only: processes (ranks) torchrun starts in each node (trainer.numProcPerNode); "
+        "each writes its own record",
+    )
+    queue: NameAndLabel = Field(
+        None,
+        description="Kueue LocalQueue the job is submitted to (label kueue.x-k8s.io/queue-name); the job "
+        "is created suspended and Kueue admits it; null: no queue",
+    )
+    priority_class: NameAndLabel = Field(
+        None,
+        description="Kueue WorkloadPriorityClass of the job (label kueue.x-k8s.io/priority-class); needs "
+        "queue",
     )
     image: str = Field(
         f"ghcr.io/kaliper-dev/kaliper-pytorch:{__version__}",
@@ -164,7 +229,9 @@ class JobSpec(StrictModel):
     tolerations: list[Toleration] = Field(
         default_factory=list, max_length=64, description="taints the benchmark pods tolerate"
     )
-    success_policy: Literal["", "AllWorkers"] = Field("", description="TFJob only")
+    success_policy: Literal["", "AllWorkers"] = Field(
+        "", description="TFJob only: AllWorkers makes every Worker decide success (default: Worker 0)"
+    )
 
     @field_validator("image")
     @classmethod
@@ -187,6 +254,8 @@ class JobSpec(StrictModel):
 
     @model_validator(mode="after")
     def _replica_types(self) -> JobSpec:
+        if self.kind == TRAINJOB:  # no replica types: nodes and procs_per_node (kind_problem)
+            return self
         allowed = REPLICA_TYPES[self.kind]
         for rtype in self.replicas:
             if rtype not in allowed:
@@ -197,6 +266,39 @@ class JobSpec(StrictModel):
             raise ValueError("a PyTorchJob has at most one Master")
         if self.kind == "TFJob" and (self.replicas.get("Chief", 0) > 1 or self.replicas.get("Master", 0) > 1):
             raise ValueError("a TFJob has at most one Chief/Master")
-        if self.success_policy and self.kind != "TFJob":
-            raise ValueError("success_policy applies to TFJob only")
         return self
+
+    def kind_problem(self) -> str | None:
+        """`job.<field>: ...` for the first field given that `kind` has no use for, else None. Called by
+        the whole spec's check so the message names the field itself (a field given with its default
+        value counts as given: it was written for a kind that reads it)."""
+        given = self.model_fields_set
+        if self.kind == TRAINJOB:
+            for name in V1_ONLY:
+                if name in given:
+                    return (
+                        f"job.{name}: applies to PyTorchJob and TFJob; a TrainJob has no replica types, it "
+                        "runs job.nodes × job.procs_per_node ranks"
+                    )
+        else:
+            for name in TRAINJOB_ONLY:
+                if name in given:
+                    return (
+                        f"job.{name}: applies to TrainJob only, found job.kind {self.kind} (it uses "
+                        "job.replicas)"
+                    )
+        if self.success_policy and self.kind != "TFJob":
+            return f"job.success_policy: applies to TFJob only, found job.kind {self.kind}"
+        if self.priority_class is not None and self.queue is None:
+            return (
+                "job.priority_class: needs job.queue (a Kueue WorkloadPriorityClass applies to jobs "
+                "Kueue queues)"
+            )
+        return None
+
+    @property
+    def replica_counts(self) -> dict[str, int]:
+        """Replicas that write records, per type: job.replicas, or a TrainJob's ranks ({"Node": world})."""
+        if self.kind == TRAINJOB:
+            return {NODE: self.nodes * self.procs_per_node}
+        return dict(self.replicas)

@@ -13,7 +13,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from kaliper._version import __version__
 from kaliper.errors import StorageURLError
-from kaliper.jobs.kubeflow import JOB_KIND_OF
+from kaliper.jobs.kubeflow import JOB_KINDS_OF, TRAINJOB
 from kaliper.metrics.sampling import (
     CONFIDENCE,
     MAX_SAMPLES,
@@ -180,7 +180,8 @@ class BenchmarkSpec(StrictModel):
     )
     job: JobSpec = Field(
         default_factory=JobSpec,
-        description="the TFJob/PyTorchJob each run is: replicas, image, resources, deadline, placement",
+        description="the job each run is (PyTorchJob, TFJob or TrainJob): replicas or nodes, image, "
+        "resources, deadline, placement, queue",
     )
     stacks: list[StackSpec] = Field(
         default_factory=list,
@@ -279,11 +280,20 @@ class BenchmarkSpec(StrictModel):
 
     @model_validator(mode="after")
     def _framework_matches_job(self) -> BenchmarkSpec:
+        problem = self.job.kind_problem()
+        if problem is not None:
+            raise ValueError(problem)
         if self.workload.template is None:
-            expected = JOB_KIND_OF[self.workload.framework]
-            if self.job.kind != expected:
+            allowed = JOB_KINDS_OF[self.workload.framework]
+            if self.job.kind not in allowed:
+                why = (
+                    " (TensorFlow is not a Kubeflow Trainer v2 runtime)"
+                    if self.job.kind == TRAINJOB and self.workload.framework == "tensorflow"
+                    else ""
+                )
                 raise ValueError(
-                    f"job.kind {self.job.kind} cannot run a {self.workload.framework} workload; use {expected}"
+                    f"job.kind {self.job.kind} cannot run a {self.workload.framework} workload{why}; use "
+                    f"{' or '.join(allowed)}"
                 )
         return self
 

@@ -12,6 +12,11 @@ from kaliper.configurator.render import LIBRARY_DIR
 from kaliper.jobs import env, kubeflow
 
 LIBRARY = (LIBRARY_DIR / "kaliper.libsonnet").read_text()
+TEMPLATES = {
+    "PyTorchJob": LIBRARY_DIR / "pytorchjob.libsonnet",
+    "TFJob": LIBRARY_DIR / "tfjob.libsonnet",
+    "TrainJob": LIBRARY_DIR / "trainjob.libsonnet",
+}
 
 
 def test_template_library_reads_the_operators_replica_labels() -> None:
@@ -31,6 +36,29 @@ def test_template_library_sets_the_pod_identity_variables() -> None:
     assert named <= set(env.POD_IDENTITY) | {"KALIPER_PUSHGATEWAY"}
 
 
+@pytest.mark.parametrize("kind", sorted(TEMPLATES))
+def test_each_template_spells_its_kinds_api_version(kind: str) -> None:
+    text = TEMPLATES[kind].read_text()
+    assert re.findall(r"apiVersion: '([^']+)'", text) == [kubeflow.API_VERSION[kind]]
+    assert re.findall(r"kind: '([^']+)'", text) == [kind]
+
+
+def test_template_library_spells_kueues_labels() -> None:
+    labels = set(re.findall(r"'(kueue\.x-k8s\.io/[^']+)'", LIBRARY))
+    assert labels == {kubeflow.QUEUE_LABEL, kubeflow.PRIORITY_CLASS_LABEL}
+
+
+def test_template_library_spells_the_trainers_names() -> None:
+    """The runtime patch names Kaliper's manager, the trainer's replicated job and container ("node"),
+    the runtime's API group; a rank's replica type is "Node"; the trainer container runs torchrun."""
+    assert re.findall(r"manager: '([^']+)'", LIBRARY) == [kubeflow.RUNTIME_PATCH_MANAGER]
+    assert set(re.findall(r"name: '(node)'", LIBRARY)) == {kubeflow.TRAINER_NODE}
+    assert kubeflow.CONTAINER_NAME["TrainJob"] == kubeflow.TRAINER_NODE
+    assert re.findall(r"apiGroup: '([^']+)'", LIBRARY) == [kubeflow.TRAINER_GROUP]
+    assert re.findall(r"name: 'KALIPER_REPLICA_TYPE', value: '([^']+)'", LIBRARY) == [kubeflow.NODE]
+    assert re.findall(r"command: \['(torchrun)'\]", LIBRARY) == ["torchrun"]
+
+
 @pytest.mark.parametrize(
     ("kind", "counts", "policy", "primary", "deciders"),
     [
@@ -40,6 +68,7 @@ def test_template_library_sets_the_pod_identity_variables() -> None:
         ("TFJob", {"Master": 1, "Worker": 1}, "", ("Master", 0), [("Master", 0)]),
         ("TFJob", {"PS": 1, "Worker": 2}, "", ("Worker", 0), [("Worker", 0)]),
         ("TFJob", {"PS": 1, "Worker": 2}, "AllWorkers", ("Worker", 0), [("Worker", 0), ("Worker", 1)]),
+        ("TrainJob", {"Node": 2}, "", ("Node", 0), [("Node", 0), ("Node", 1)]),
     ],
 )
 def test_primary_replica_and_success_deciders(

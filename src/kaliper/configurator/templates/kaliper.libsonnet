@@ -7,7 +7,11 @@
 //             when monitoring.pushgateway is set; for s3:// storage KALIPER_S3_ENDPOINT, AWS_REGION and the
 //             credentials as secretKeyRefs to the Secret s3.secret (never values). `env(run, job)` appends it.
 //   job:      {kind, replicas, image, resources: {cpu, memory, gpu}, timeout_seconds,
-//              service_account, node_selector, tolerations, success_policy}
+//              service_account, node_selector, tolerations, success_policy,
+//              runtime: {name, kind}, nodes, procs_per_node, queue, priority_class}
+//             replicas: PyTorchJob/TFJob replica type → count; runtime, nodes, procs_per_node: a TrainJob's
+//             runtimeRef, numNodes and numProcPerNode (kaliper.spec.job says which kind reads which);
+//             queue, priority_class: Kueue's LocalQueue and WorkloadPriorityClass names, or null
 //   workload: {name, framework, command, wrap, rules}: command is the user's argv for this trial (null for
 //             a built-in workload), rules the extraction rules as JSON (kaliper.metrics.rules)
 //   params:   the workload's parameters (defaults included)
@@ -90,15 +94,29 @@ local isNull(x) = std.primitiveEquals(std.type(x), 'null');
     if isNull(job.resources.cpu) then []
     else [{ name: 'OMP_NUM_THREADS', value: std.toString($.cpuThreads(job.resources.cpu)) }],
 
-  env(run, job):: [
+  // A TrainJob's node runs procs_per_node ranks: each gets its share of the node's cores.
+  threadsPerProc(job, procs)::
+    if isNull(job.resources.cpu) then []
+    else [{ name: 'OMP_NUM_THREADS', value: std.toString(std.max(1, std.floor($.cpuThreads(job.resources.cpu) / procs))) }],
+
+  runEnv(run, job):: [
     { name: 'KALIPER_EXPERIMENT', value: run.experiment },
     { name: 'KALIPER_TRIAL', value: run.trial },
     { name: 'KALIPER_STORAGE', value: run.storage },
     { name: 'KALIPER_IMAGE', value: job.image },
     { name: 'PYTHONUNBUFFERED', value: '1' },
+  ],
+
+  env(run, job):: $.runEnv(run, job) + [
     $.fromLabel('KALIPER_REPLICA_TYPE', 'training.kubeflow.org/replica-type'),
     $.fromLabel('KALIPER_REPLICA_INDEX', 'training.kubeflow.org/replica-index'),
   ] + $.threadsEnv(job) + std.get(run, 'env', []),
+
+  // A TrainJob's trainer env: every rank is a replica of type "Node"; its index is torchrun's RANK
+  // (kaliper.results.protocol reads it when KALIPER_REPLICA_INDEX is absent), so none is set here.
+  trainerEnv(run, job):: $.runEnv(run, job) + [
+    { name: 'KALIPER_REPLICA_TYPE', value: 'Node' },
+  ] + $.threadsPerProc(job, job.procs_per_node) + std.get(run, 'env', []),
 
   // Requests = limits: Guaranteed QoS, no CFS-throttling artefacts from a limit above the request.
   resources(job)::
@@ -110,9 +128,20 @@ local isNull(x) = std.primitiveEquals(std.type(x), 'null');
 
   labels(run):: run.labels,
 
-  metadata(run):: {
+  // Kueue's labels on the job (never its pods): the LocalQueue it is submitted to and its
+  // WorkloadPriorityClass. Kueue admits a queued job by unsuspending it (`suspended(job)`).
+  queueLabels(job)::
+    local queue = std.get(job, 'queue', null);
+    local priority = std.get(job, 'priority_class', null);
+    (if isNull(queue) then {} else { 'kueue.x-k8s.io/queue-name': queue })
+    + (if isNull(priority) then {} else { 'kueue.x-k8s.io/priority-class': priority }),
+
+  // A queued job is created suspended, so it starts only once Kueue admits it.
+  suspended(job):: !isNull(std.get(job, 'queue', null)),
+
+  metadata(run, job={}):: {
     name: run.name,
-    labels: $.labels(run),
+    labels: $.labels(run) + $.queueLabels(job),
   } + (if !isNull(run.namespace) then { namespace: run.namespace } else {}),
 
   // The benchmark runs as the images' non-root user (uid/gid 1000, as the step pods' image does), cannot
@@ -164,5 +193,53 @@ local isNull(x) = std.primitiveEquals(std.type(x), 'null');
     backoffLimit: 0,
     activeDeadlineSeconds: job.timeout_seconds,
     cleanPodPolicy: cleanPodPolicy,
+  } + (if $.suspended(job) then { suspend: true } else {}),
+
+  // --- Kubeflow Trainer v2 (TrainJob) ---
+
+  // The trainer container runs torchrun, which reads the PET_* variables the trainer's torch plugin
+  // injects (numNodes, numProcPerNode, node rank, rank 0's address and port) and starts the node's ranks
+  // with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT: `torchrun -m kaliper workload ...`
+  // (or `exec ... -- <command>`). An unwrapped command (wrap: false) runs as it is: it starts torchrun
+  // itself.
+  trainerCommandLine(workload, params, sampling)::
+    local line = $.commandLine(workload, params, sampling);
+    if std.objectHas(line, 'args') then { command: ['torchrun'], args: ['-m', 'kaliper'] + line.args }
+    else line,
+
+  trainer(run, job, workload, params, sampling)::
+    local resources = $.resources(job);
+    { image: job.image }
+    + $.trainerCommandLine(workload, params, sampling)
+    + {
+      env: $.trainerEnv(run, job),
+      numNodes: job.nodes,
+      numProcPerNode: job.procs_per_node,
+    }
+    + (if std.primitiveEquals(std.length(resources), 0) then {} else { resourcesPerNode: resources }),
+
+  // Trainer v2.3 gives a TrainJob no pod template: pod labels, placement and the container's security
+  // context reach the trainer's pods (replicated job "node", container "node") through Kaliper's own
+  // runtimePatches entry, keyed by its manager. Env cannot go there for container "node" (it is the
+  // trainer's: spec.trainer.env).
+  runtimePatch(run, job):: {
+    manager: 'kaliper.dev/kaliper',
+    trainingRuntimeSpec: { template: { spec: { replicatedJobs: [{
+      name: 'node',
+      template: { spec: { template: {
+        metadata: { labels: $.labels(run) },
+        spec: {
+          containers: [{ name: 'node', securityContext: $.securityContext }],
+        } + (if !isNull(job.service_account) then { serviceAccountName: job.service_account } else {})
+          + (if std.length(job.node_selector) > 0 then { nodeSelector: job.node_selector } else {})
+          + (if std.length(job.tolerations) > 0 then { tolerations: job.tolerations } else {}),
+      } } },
+    }] } } },
+  },
+
+  runtimeRef(job):: {
+    name: job.runtime.name,
+    kind: job.runtime.kind,
+    apiGroup: 'trainer.kubeflow.org',
   },
 }

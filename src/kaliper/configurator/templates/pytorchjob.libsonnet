@@ -8,7 +8,7 @@ function(run, job, workload, params, sampling)
   {
     apiVersion: 'kubeflow.org/v1',
     kind: 'PyTorchJob',
-    metadata: kaliper.metadata(run),
+    metadata: kaliper.metadata(run, job),
     spec: {
       runPolicy: kaliper.runPolicy(job),
       pytorchReplicaSpecs: kaliper.replicaSpecs(container, run, job),

@@ -9,7 +9,7 @@ function(run, job, workload, params, sampling)
   {
     apiVersion: 'kubeflow.org/v1',
     kind: 'TFJob',
-    metadata: kaliper.metadata(run),
+    metadata: kaliper.metadata(run, job),
     spec: {
       runPolicy: kaliper.runPolicy(job, 'Running'),
       tfReplicaSpecs: kaliper.replicaSpecs(container, run, job),

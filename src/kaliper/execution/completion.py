@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from kaliper.jobs.kubeflow import (
     JOBSET_COMPLETED_MESSAGE,
     JOBSET_COMPLETED_REASON,
+    JOBSET_FAILED_JOBS,
     JOBSET_FAILED_MESSAGE,
-    JOBSET_FAILED_REASON,
     TRAINJOB,
     Replica,
     replica_id,
@@ -47,7 +47,7 @@ def job_condition(
             if kind == TRAINJOB:
                 return Condition(
                     "Failed",
-                    JOBSET_FAILED_REASON,
+                    JOBSET_FAILED_JOBS,
                     f"{JOBSET_FAILED_MESSAGE} ({kind} {name}: node {index} {how}).",
                     replica_id(rtype, index),
                 )

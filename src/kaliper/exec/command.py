@@ -34,7 +34,7 @@ from types import FrameType
 from typing import Any, Final
 
 from kaliper import settings
-from kaliper.jobs.kubeflow import canonical_replica_type, primary_replica, replica_name
+from kaliper.jobs.kubeflow import NODE, TRAINJOB, canonical_replica_type, primary_replica, replica_name
 from kaliper.metrics.extraction import Extraction, Extractor
 from kaliper.metrics.lines import LineSplitter, text_lines
 from kaliper.metrics.rules import METRICS_FILE_ENV, WALL_TIME, ExtractionRules
@@ -70,7 +70,7 @@ def is_primary(identity: RunIdentity, primary_type: str | None, environ: dict[st
     """Whether this replica's record is the run's result: replica 0 of `primary_type` when given, else the
     job's primary replica (kaliper.jobs.kubeflow.primary_replica, the one rule) of the job this replica
     can see from the operator's environment: a TFJob's TF_CONFIG lists its replica types; a PyTorchJob
-    worker with a Master has RANK >= 1."""
+    worker with a Master has RANK >= 1; a TrainJob's rank ("Node") is its index, and rank 0 leads."""
     rtype, index = identity.replica_type, identity.replica_index
     if primary_type:
         return index == 0 and rtype.lower() == primary_type.lower()
@@ -82,6 +82,8 @@ def _visible_job(rtype: str, environ: dict[str, str]) -> tuple[str, dict[str, in
     """The job's kind and replica types as far as this replica's environment tells them."""
     cluster = _tf_cluster(environ)
     own = canonical_replica_type(rtype)
+    if own == NODE:  # a TrainJob's rank: rank 0 is its primary
+        return TRAINJOB, {NODE: 1}
     if cluster or own in ("Chief", "PS", "Evaluator"):
         counts = {
             canonical_replica_type(name): len(hosts) if isinstance(hosts, list) else 1

@@ -1,9 +1,17 @@
-"""Run a rendered TFJob/PyTorchJob manifest on this machine: one process per replica.
+"""Run a rendered TFJob/PyTorchJob/TrainJob manifest on this machine: one process per pod.
 
-Each replica runs its container's command and args in the current Python environment, with the
+Each replica of a v1 job runs its container's command and args in the current Python environment, with the
 container's env, the env the training operator would inject, and the operator's success, failure and
 deadline rules. Replicas still running when the job ends (a PS, or the rest of a failed job) are
 stopped, SIGTERM first.
+
+A TrainJob runs one process per node (a JobSet pod): the trainer's command and args (`torchrun`, which
+starts `numProcPerNode` ranks itself) with `spec.trainer.env` and the PET_* variables Trainer's torch plugin
+injects (PET_NODE_RANK from the node's completion index, rank 0 on 127.0.0.1 and a free port), and the
+JobSet's rules: it succeeds when every node has (success policy "All"), fails when any node fails (no
+retries: locally a failed node is not re-created as the Job's backoffLimit would on a cluster), and
+`activeDeadlineSeconds` fails it as DeadlineExceeded. `spec.suspend` is ignored: there is no Kueue here to
+admit the job, so it runs at once.
 """
 
 from __future__ import annotations
@@ -34,13 +42,38 @@ from kaliper.execution.operator_env import (
     free_ports,
     injected_env,
     operator_labels,
+    trainer_env,
+    trainjob_labels,
 )
 from kaliper.jobs import env as env_names
-from kaliper.jobs.kubeflow import CONTAINER_NAME, DEADLINE_EXCEEDED, Replica, pod_name, replicas_of
-from kaliper.jobs.manifest import replica_counts, replica_specs
+from kaliper.jobs.kubeflow import (
+    COMPLETION_INDEX_ANNOTATION,
+    CONTAINER_NAME,
+    DEADLINE_EXCEEDED,
+    RUNTIME_PATCH_MANAGER,
+    TRAINER_NODE,
+    TRAINJOB,
+    TRAINJOB_DEADLINE_MESSAGE,
+    Replica,
+    pod_name,
+    replica_name,
+    replicas_of,
+    trainer_pod_name,
+)
+from kaliper.jobs.manifest import (
+    pod_counts,
+    procs_per_pod,
+    replica_counts,
+    replica_specs,
+    trainer,
+)
 
 PYTHON_NAMES = ("python", "python3", "python3.11")
+# torchrun is torch's console script for this module: run with the trial's interpreter, like `python`.
+TORCHRUN = "torchrun"
+TORCHRUN_MODULE = "torch.distributed.run"
 _LABEL_PATH = re.compile(r"^metadata\.labels\['([^']+)'\]$")
+_ANNOTATION_PATH = re.compile(r"^metadata\.annotations\['([^']+)'\]$")
 
 
 # Settings of this machine, not of a run: they reach the replicas and win over the manifest's values
@@ -62,10 +95,17 @@ class ReplicaProcess:
     finished: datetime | None = None
     exit_code: int | None = None
     reason: str = "Pending"
+    # The name of its logs and live metrics: the replica's ("master-0"), a TrainJob node pod's hostname
+    # suffix ("node-0-1": the node's, not rank 1's, whose record is "node-1").
+    log_name: str = ""
 
     @property
     def key(self) -> Replica:
         return (self.replica_type, self.index)
+
+    @property
+    def name(self) -> str:
+        return self.log_name or replica_name(self.replica_type, self.index)
 
 
 @dataclass
@@ -78,6 +118,8 @@ class JobResult:
     finished: datetime
     replicas: list[ReplicaProcess] = field(default_factory=list)
     network: str = "host"
+    # Replicas (ranks) per process: a TrainJob's numProcPerNode (its processes are nodes), else 1.
+    per_pod: int = 1
 
     @property
     def succeeded(self) -> bool:
@@ -86,7 +128,8 @@ class JobResult:
 
 @dataclass
 class _Job:
-    """One job being supervised: its manifest, replica layout, ports, deadline and network."""
+    """One job being supervised: its manifest, replica layout (a TrainJob's: its nodes), ports, deadline
+    and network."""
 
     manifest: dict[str, Any]
     kind: str
@@ -99,6 +142,22 @@ class _Job:
     deadline_s: float | None
     network: str
     net: PrivateNetwork | None = None
+
+
+def _trainjob_pod_labels(manifest: dict[str, Any]) -> dict[str, str]:
+    """The pod labels the TrainJob's runtime patches give its trainer nodes (Kaliper's entry last)."""
+    labels: dict[str, str] = {}
+    patches = manifest.get("spec", {}).get("runtimePatches", [])
+    ordered = sorted(patches, key=lambda p: p.get("manager") == RUNTIME_PATCH_MANAGER)
+    for patch in ordered:
+        jobs = (
+            patch.get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {}).get("replicatedJobs", [])
+        )
+        for job in jobs:
+            if job.get("name") == TRAINER_NODE:
+                template = job.get("template", {}).get("spec", {}).get("template", {})
+                labels.update(template.get("metadata", {}).get("labels", {}))
+    return labels
 
 
 def clean_pod_policy(manifest: dict[str, Any]) -> str:
@@ -133,12 +192,23 @@ def container_argv(container: dict[str, Any], python: str | None = None) -> list
         )
     head = argv[0]
     if head == "kaliper":
+        return [python, "-m", "kaliper", *_exec_python(argv[1:], python)]
+    if head == TORCHRUN:  # torchrun [options] -m kaliper exec ... -- python train.py: the same mapping
         rest = argv[1:]
-        if rest[:1] == ["exec"] and "--" in rest:
-            at = rest.index("--") + 1
-            rest = [*rest[:at], *_with_python(rest[at:], python)]
-        return [python, "-m", "kaliper", *rest]
+        if "-m" in rest:
+            at = rest.index("-m") + 2
+            if rest[at - 1 : at] == ["kaliper"]:
+                rest = [*rest[:at], *_exec_python(rest[at:], python)]
+        return [python, "-m", TORCHRUN_MODULE, *rest]
     return _with_python(argv, python)
+
+
+def _exec_python(rest: list[str], python: str) -> list[str]:
+    """`exec ... -- python train.py`: the wrapped command's `python` is the trial's interpreter too."""
+    if rest[:1] == ["exec"] and "--" in rest:
+        at = rest.index("--") + 1
+        return [*rest[:at], *_with_python(rest[at:], python)]
+    return rest
 
 
 def _with_python(argv: list[str], python: str) -> list[str]:
@@ -158,10 +228,15 @@ def stack_process_env(env: dict[str, str], python: str) -> dict[str, str]:
     return out
 
 
-def _field_value(path: str, pod: str, namespace: str, labels: dict[str, str]) -> str:
+def _field_value(
+    path: str, pod: str, namespace: str, labels: dict[str, str], annotations: dict[str, str]
+) -> str:
     match = _LABEL_PATH.match(path)
     if match:
         return labels.get(match.group(1), "")
+    match = _ANNOTATION_PATH.match(path)
+    if match:
+        return annotations.get(match.group(1), "")
     values = {
         "metadata.name": pod,
         "metadata.namespace": namespace,
@@ -175,9 +250,14 @@ def _field_value(path: str, pod: str, namespace: str, labels: dict[str, str]) ->
 
 
 def container_env(
-    container: dict[str, Any], pod: str, namespace: str, labels: dict[str, str]
+    container: dict[str, Any],
+    pod: str,
+    namespace: str,
+    labels: dict[str, str],
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """The container's declared env; secret and config-map references come from this environment."""
+    """The container's declared env; secret and config-map references come from this environment, field
+    references from the pod's name, labels and annotations (a TrainJob node's rank is an annotation)."""
     env: dict[str, str] = {}
     for item in container.get("env", []):
         name = item["name"]
@@ -186,7 +266,8 @@ def container_env(
             continue
         source = item.get("valueFrom", {})
         if "fieldRef" in source:
-            env[name] = _field_value(source["fieldRef"]["fieldPath"], pod, namespace, labels)
+            path = source["fieldRef"]["fieldPath"]
+            env[name] = _field_value(path, pod, namespace, labels, annotations or {})
         elif name in os.environ:
             env[name] = os.environ[name]  # credentials: from the environment, never from the manifest
         elif any(isinstance(ref, dict) and ref.get("optional") for ref in source.values()):
@@ -244,6 +325,8 @@ class LocalExecutor:
         self.extra_env = dict(extra_env or {})
 
     def run(self, manifest: dict[str, Any]) -> JobResult:
+        if manifest["kind"] == TRAINJOB:
+            return self._launch(self._trainjob(manifest))
         specs = replica_specs(manifest)
         for rtype, spec in specs.items():
             if spec.get("restartPolicy", "Never") != "Never":
@@ -262,6 +345,27 @@ class LocalExecutor:
             deadline_s=manifest["spec"].get("runPolicy", {}).get("activeDeadlineSeconds"),
             network=network_mode(len(replicas)),
         )
+        return self._launch(job)
+
+    def _trainjob(self, manifest: dict[str, Any]) -> _Job:
+        """A TrainJob's nodes as the pods to run; one port, rank 0's (torchrun's rendezvous and store)."""
+        counts = pod_counts(manifest)
+        nodes = list(replicas_of(counts))
+        deadline = manifest.get("spec", {}).get("activeDeadlineSeconds")
+        return _Job(
+            manifest=manifest,
+            kind=TRAINJOB,
+            name=manifest["metadata"]["name"],
+            namespace=manifest["metadata"].get("namespace", "default"),
+            specs={},
+            counts=counts,
+            replicas=nodes,
+            ports={nodes[0]: free_ports(1)[0]},
+            deadline_s=deadline,
+            network=network_mode(sum(replica_counts(manifest).values())),
+        )
+
+    def _launch(self, job: _Job) -> JobResult:
         if self.cwd is not None and not self.cwd.is_dir():
             raise ExecutionError(f"working directory {self.cwd} does not exist")
         self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -277,13 +381,15 @@ class LocalExecutor:
         condition: Condition | None = None
         try:
             for rtype, index in job.replicas:
-                pod = pod_name(name, rtype, index)
+                trainjob = kind == TRAINJOB
+                pod = trainer_pod_name(name, index) if trainjob else pod_name(name, rtype, index)
                 proc = ReplicaProcess(
                     rtype,
                     index,
                     pod,
                     self.logs_dir / f"{pod}.stdout.log",
                     self.logs_dir / f"{pod}.stderr.log",
+                    log_name=pod[len(name) + 1 :] if trainjob else "",
                 )
                 procs.append(proc)
                 self._start(proc, job)
@@ -298,7 +404,9 @@ class LocalExecutor:
                     condition = Condition(
                         "Failed",
                         DEADLINE_EXCEEDED,
-                        f"{kind} {name} has failed because it was active longer than specified deadline "
+                        TRAINJOB_DEADLINE_MESSAGE
+                        if kind == TRAINJOB
+                        else f"{kind} {name} has failed because it was active longer than specified deadline "
                         f"({job.deadline_s}s).",
                     )
                 if condition is None:
@@ -327,7 +435,9 @@ class LocalExecutor:
                 else "Stopped"
             )
             self._stop_all(procs, stop_reason)
-        return JobResult(name, kind, condition, created, running, datetime.now(UTC), procs, job.network)
+        per_pod = procs_per_pod(job.manifest)
+        finished = datetime.now(UTC)
+        return JobResult(name, kind, condition, created, running, finished, procs, job.network, per_pod)
 
     def _stop_requested(self, kind: str, name: str) -> Condition | None:
         signum = self.should_stop() if self.should_stop is not None else None
@@ -340,16 +450,14 @@ class LocalExecutor:
         )
 
     def _start(self, proc: ReplicaProcess, job: _Job) -> None:
-        kind, manifest, spec = job.kind, job.manifest, job.specs[proc.replica_type]
-        pod_spec = spec.get("template", {}).get("spec", {})
-        pod_labels = {
-            **spec.get("template", {}).get("metadata", {}).get("labels", {}),
-            **operator_labels(kind, manifest["metadata"]["name"], proc.replica_type, proc.index),
-        }
-        container = _pick_container(kind, proc.replica_type, pod_spec)
         env = {k: v for k, v in os.environ.items() if not k.startswith("KALIPER_")}
-        env.update(container_env(container, proc.pod, job.namespace, pod_labels))
-        env.update(injected_env(manifest, job.counts, proc.key, container.get("name", ""), job.ports))
+        if job.kind == TRAINJOB:
+            container = self._trainer_container(job)
+            labels = {**_trainjob_pod_labels(job.manifest), **trainjob_labels(job.name, proc.index)}
+            annotations = {COMPLETION_INDEX_ANNOTATION: str(proc.index)}
+            env.update(container_env(container, proc.pod, job.namespace, labels, annotations))
+        else:
+            container = self._v1_container(proc, job, env)
         env.update({k: v for k, v in os.environ.items() if k.startswith(HOST_SETTINGS) and v})
         env.update(self.extra_env)
         if self.python is not None:
@@ -375,6 +483,31 @@ class LocalExecutor:
         proc.reason = "Running"
         if self.on_start is not None:
             self.on_start(proc)
+
+    def _v1_container(self, proc: ReplicaProcess, job: _Job, env: dict[str, str]) -> dict[str, Any]:
+        """A v1 replica's container; its declared and operator-injected env added to `env`."""
+        kind, manifest, spec = job.kind, job.manifest, job.specs[proc.replica_type]
+        pod_spec = spec.get("template", {}).get("spec", {})
+        pod_labels = {
+            **spec.get("template", {}).get("metadata", {}).get("labels", {}),
+            **operator_labels(kind, manifest["metadata"]["name"], proc.replica_type, proc.index),
+        }
+        container = _pick_container(kind, proc.replica_type, pod_spec)
+        env.update(container_env(container, proc.pod, job.namespace, pod_labels))
+        env.update(injected_env(manifest, job.counts, proc.key, container.get("name", ""), job.ports))
+        return container
+
+    def _trainer_container(self, job: _Job) -> dict[str, Any]:
+        """The trainer container "node" as the torch plugin completes it: the TrainJob's command, args
+        and env, then PET_* with rank 0 on this machine's loopback."""
+        found = trainer(job.manifest)
+        master = (LOCAL_HOST, job.ports[job.replicas[0]])
+        return {
+            "name": TRAINER_NODE,
+            "command": found.get("command", []),
+            "args": found.get("args", []),
+            "env": trainer_env(job.manifest, master),
+        }
 
     def _stop_all(self, procs: list[ReplicaProcess], reason: str) -> None:
         """SIGTERM every process group still alive, then SIGKILL what outlives the grace period."""

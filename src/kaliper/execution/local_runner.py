@@ -39,8 +39,8 @@ from kaliper.execution.local_job import JobResult, LocalExecutor, ReplicaProcess
 from kaliper.execution.order import run_order
 from kaliper.execution.recorder import LOG_TAIL_LINES, RunRecorder
 from kaliper.jobs import env as env_names
-from kaliper.jobs.kubeflow import primary_replica, replica_id, replica_name
-from kaliper.jobs.manifest import for_repetition
+from kaliper.jobs.kubeflow import Replica, primary_replica, replica_id, replica_name
+from kaliper.jobs.manifest import for_repetition, pod_of, replicas_in_pod
 from kaliper.metrics.lines import file_lines
 from kaliper.monitoring.gpu_window import FIGURES as GPU_FIGURE_DEFS
 from kaliper.monitoring.gpu_window import GpuWindow
@@ -245,15 +245,23 @@ def run_one(
                 data = bounded_log(path, limit)
                 storage.put(layout.log_key(experiment, trial.doc.id, repetition, replica, stream), data)
             tails[proc.key] = _tail(proc.stderr)
+        # A replica's output is its process's: a TrainJob rank's is its node's (the node's torchrun).
         logs = {p.key: p for p in result.replicas}
+
+        def process_of(rtype: str, index: int) -> ReplicaProcess | None:
+            return logs.get(pod_of((rtype, index), result.per_pod))
+
+        def log_location(rtype: str, index: int) -> str:
+            proc = process_of(rtype, index)
+            name = _replica(proc) if proc is not None else replica_name(rtype, index)
+            return storage.location(layout.log_key(experiment, trial.doc.id, repetition, name, "stdout"))
+
         recorder = RunRecorder(storage, plan.experiment, trial.doc, repetition, "executor")
         launch = recorder.store_records(
             _launch_doc(plan, trial, repetition, result, tails),
-            lambda t, i: _log_lines(logs.get((t, i))),
+            lambda t, i: _log_lines(process_of(t, i)),
             local_provenance(trial.doc.stack.image),
-            lambda t, i: storage.location(
-                layout.log_key(experiment, trial.doc.id, repetition, replica_name(t, i), "stdout")
-            ),
+            log_location,
             framework_version(plan.experiment.workload.get("framework")),
         )
     if prometheus_url(plan.experiment) is None:
@@ -337,7 +345,8 @@ def _measurement_window(
 
 
 def _replica(proc: ReplicaProcess) -> str:
-    return replica_name(proc.replica_type, proc.index)
+    """The name of a process's logs and live metrics: its replica's, or a TrainJob node's pod suffix."""
+    return proc.name
 
 
 def _sampler(plan: ExperimentPlan, trial: TrialPlan, repetition: int, gpu: GpuSampler) -> LocalSampler:
@@ -389,16 +398,19 @@ def _launch_doc(
     trial: TrialPlan,
     repetition: int,
     result: JobResult,
-    tails: dict[tuple[str, int], str],
+    tails: dict[Replica, str],
 ) -> LaunchDoc:
+    """launch.json of a local run: one entry per replica (a TrainJob's: per rank, with its node's pod,
+    exit code and times); the failing replica is the failing process's first (for a node, its rank 0)."""
     condition = result.condition
     failure = None
     if not result.succeeded:
         culprit = next(
             (p for p in result.replicas if replica_id(p.replica_type, p.index) == condition.replica), None
         )
+        first = replicas_in_pod(culprit.key, result.per_pod)[0] if culprit else None
         failure = FailureInfo(
-            replica=condition.replica,
+            replica=replica_id(*first) if first else condition.replica,
             reason=condition.reason,
             message=condition.message,
             log_tail=tails.get(culprit.key, "") if culprit else "",
@@ -420,8 +432,8 @@ def _launch_doc(
         },
         replicas=[
             ReplicaLaunch(
-                replica_type=p.replica_type,
-                index=p.index,
+                replica_type=rtype,
+                index=index,
                 pod=p.pod,
                 node="localhost",
                 exit_code=p.exit_code,
@@ -430,6 +442,7 @@ def _launch_doc(
                 finished=p.finished,
             )
             for p in result.replicas
+            for rtype, index in replicas_in_pod(p.key, result.per_pod)
         ],
         failure=failure,
         network=result.network,

@@ -1,7 +1,8 @@
-"""The environment and labels the Kubeflow training operator (v1.9) gives each replica's pod.
+"""The environment and labels the Kubeflow training operator (v1.9) gives each replica's pod, and those
+Kubeflow Trainer v2.3 (its torch plugin, and JobSet) give a TrainJob's node pods.
 
-Locally every replica is a process on 127.0.0.1 with its own free port; otherwise the variables are
-exactly the operator's, so the same workload code runs unchanged on a cluster.
+Locally every replica (every node of a TrainJob) is a process on 127.0.0.1 with its own free port;
+otherwise the variables are exactly the operator's, so the same workload code runs unchanged on a cluster.
 """
 
 from __future__ import annotations
@@ -12,14 +13,28 @@ from contextlib import ExitStack
 from typing import Any
 
 from kaliper.jobs.kubeflow import (
+    COMPLETION_INDEX_FIELD_PATH,
+    COMPLETION_INDEX_LABEL,
     JOB_NAME_LABEL,
     JOB_ROLE_LABEL,
+    JOBSET_NAME_LABEL,
     OPERATOR_NAME,
     OPERATOR_NAME_LABEL,
+    PET_MASTER_ADDR,
+    PET_MASTER_PORT,
+    PET_NNODES,
+    PET_NODE_RANK,
+    PET_NPROC_PER_NODE,
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
+    REPLICATED_JOB_LABEL,
+    TORCHTUNE_ENTRYPOINT,
+    TRAINER_NODE,
+    TRAINER_PORT,
     Replica,
+    trainer_master_addr,
 )
+from kaliper.jobs.manifest import nodes_and_procs, trainer
 
 LOCAL_HOST = "127.0.0.1"
 # TF_CONFIG cluster order and membership: the Evaluator is not part of the training cluster.
@@ -108,3 +123,39 @@ def injected_env(
     if sum(counts.values()) != 1 and container == "tensorflow":
         return {"TF_CONFIG": tf_config(counts, replica, ports)}
     return {}
+
+
+def trainjob_labels(job: str, node: int) -> dict[str, str]:
+    """The labels Kaliper finds a TrainJob's node pods by: JobSet's (which TrainJob, which replicated job)
+    and the Job controller's completion index (the node rank)."""
+    return {JOBSET_NAME_LABEL: job, REPLICATED_JOB_LABEL: TRAINER_NODE, COMPLETION_INDEX_LABEL: str(node)}
+
+
+def trainer_env(manifest: dict[str, Any], master: tuple[str, int] | None = None) -> list[dict[str, Any]]:
+    """The trainer container's env as Trainer v2.3's torch plugin leaves it (torch.go:141-176): the
+    TrainJob's `spec.trainer.env`, then PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK (from the pod's
+    completion-index annotation) and, unless the command is torchtune's, PET_MASTER_ADDR/PORT, each
+    replacing a variable of the same name (upstream's upsert: the plugin's values win).
+
+    `master` None gives the cluster's values (node 0's hostname under the JobSet's service, port 29500);
+    the local executor passes (127.0.0.1, a free port), since its nodes are processes on one machine.
+    torchrun reads the PET_* variables as the defaults of its options.
+    """
+    found = trainer(manifest)
+    nodes, procs = nodes_and_procs(manifest)
+    addr, port = master or (trainer_master_addr(manifest["metadata"]["name"]), TRAINER_PORT)
+    plugin: list[dict[str, Any]] = [
+        {"name": PET_NNODES, "value": str(nodes)},
+        {"name": PET_NPROC_PER_NODE, "value": str(procs)},
+        {"name": PET_NODE_RANK, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD_PATH}}},
+    ]
+    if tuple(found.get("command", [])) != TORCHTUNE_ENTRYPOINT:
+        plugin += [{"name": PET_MASTER_ADDR, "value": addr}, {"name": PET_MASTER_PORT, "value": str(port)}]
+    env: list[dict[str, Any]] = []
+    for item in [*found.get("env", []), *plugin]:
+        at = next((i for i, e in enumerate(env) if e.get("name") == item["name"]), None)
+        if at is None:
+            env.append(dict(item))
+        else:
+            env[at] = dict(item)
+    return env

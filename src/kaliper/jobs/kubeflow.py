@@ -111,6 +111,21 @@ NOT_ADMITTED: Final = "NotAdmitted"
 JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL: Final = "jobset.sigs.k8s.io/replicatedjob-name"
 COMPLETION_INDEX_LABEL: Final = "batch.kubernetes.io/job-completion-index"
+# Where the torch plugin takes a pod's PET_NODE_RANK from: the Indexed Job's completion-index annotation
+# (pkg/constants/constants.go:297, batchv1.JobCompletionIndexAnnotation). It leaves out PET_MASTER_* for
+# torchtune's entrypoint, which gets a rendezvous argument instead (torch.go:175; constants.go:315).
+COMPLETION_INDEX_ANNOTATION: Final = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX_FIELD_PATH: Final = f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"
+TORCHTUNE_ENTRYPOINT: Final = ("tune", "run")
+# How a TrainJob ends, as its conditions say: JobSet's reasons, copied into the TrainJob's Complete and
+# Failed conditions (kubernetes-sigs/jobset v0.12.0, the version in trainer's go.mod,
+# pkg/constants/constants.go:57-62; trainer's plugins/jobset/jobset.go:450-457), and its own deadline
+# (trainer constants.go:88, trainjob_controller.go:174; the deadline counts from creation or resumption).
+JOBSET_COMPLETED_REASON: Final = "AllJobsCompleted"
+JOBSET_COMPLETED_MESSAGE: Final = "jobset completed successfully"
+JOBSET_FAILED_JOBS: Final = "FailedJobs"
+JOBSET_FAILED_MESSAGE: Final = "jobset failed due to one or more job failures"
+TRAINJOB_DEADLINE_MESSAGE: Final = "TrainJob exceeded its active deadline"
 # Kueue (kubernetes-sigs/kueue v0.19, pkg/controller/constants/constants.go:23,48): the LocalQueue a job
 # is submitted to, and its WorkloadPriorityClass. Kueue admits a job by unsuspending it.
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
@@ -153,6 +168,18 @@ def replica_name(replica_type: str, index: int) -> str:
 
 def pod_name(job: str, replica_type: str, index: int) -> str:
     return f"{job}-{replica_name(replica_type, index)}"
+
+
+def trainer_pod_name(job: str, node: int) -> str:
+    """ "bench-r0-node-0-1": the hostname JobSet gives a TrainJob's node pod (<jobset>-<replicated job>-<job
+    index>-<completion index>; the pod's name adds a random suffix). Node 0's, under the JobSet's headless
+    service (the TrainJob's name), is the torch plugin's PET_MASTER_ADDR (torch.go:162)."""
+    return f"{job}-{TRAINER_NODE}-0-{node}"
+
+
+def trainer_master_addr(job: str) -> str:
+    """ "bench-r0-node-0-0.bench-r0": rank 0's address on a cluster, as the torch plugin sets it."""
+    return f"{trainer_pod_name(job, 0)}.{job}"
 
 
 def replicas_of(counts: Mapping[str, int]) -> Iterator[Replica]:

@@ -21,8 +21,8 @@ from typing import Any, Final, Literal
 
 from kaliper import settings
 from kaliper._version import __version__
-from kaliper.errors import KaliperError, StorageError
-from kaliper.jobs.kubeflow import canonical_replica_type, replica_id, replicas_of, run_status
+from kaliper.errors import InputError, KaliperError, StorageError
+from kaliper.jobs.kubeflow import NODE, canonical_replica_type, replica_id, replicas_of, run_status
 from kaliper.results.documents import LaunchDoc, TrialDoc
 from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import RecordIds, ResultRecord, Timestamps, WorkloadInfo, load_record
@@ -50,12 +50,13 @@ class RunIdentity:
     def from_env(cls) -> RunIdentity:
         given = settings.current()
         experiment, trial = given[settings.EXPERIMENT], given[settings.TRIAL]
+        replica_type = canonical_replica_type(given[settings.REPLICA_TYPE])
         return cls(
             experiment="adhoc" if experiment is None else experiment,
             trial="adhoc" if trial is None else trial,
             repetition=given[settings.REPETITION],
-            replica_type=canonical_replica_type(given[settings.REPLICA_TYPE]),
-            replica_index=given[settings.REPLICA_INDEX],
+            replica_type=replica_type,
+            replica_index=_replica_index(given, replica_type),
             storage=given[settings.STORAGE] or None,
             image=given[settings.IMAGE] or None,
         )
@@ -68,6 +69,22 @@ class RunIdentity:
             replica_type=self.replica_type,
             replica_index=self.replica_index,
         )
+
+
+def _replica_index(given: settings.Settings, replica_type: str) -> int:
+    """KALIPER_REPLICA_INDEX where set. A TrainJob's pod runs several ranks with one environment, so its
+    template sets no index and each process is its torchrun RANK (a "Node" replica's index is its rank)."""
+    if (given.text(settings.REPLICA_INDEX.name) or "").strip() or replica_type != NODE:
+        return given[settings.REPLICA_INDEX]
+    rank = (given[settings.RANK] or "").strip()
+    if not rank.isdigit():
+        found = "unset" if not rank else repr(rank)
+        raise InputError(
+            f"environment variable {settings.RANK.name}: a {NODE} replica (a TrainJob's rank) takes its index "
+            f"from torchrun's RANK when {settings.REPLICA_INDEX.name} is unset; expected a whole number >= 0, "
+            f"found {found} (run the trainer's command under torchrun)"
+        )
+    return int(rank)
 
 
 def failure_record(
@@ -115,9 +132,17 @@ def stand_in_records(
         return []
     seen = {(canonical_replica_type(r.replica_type), r.index): r for r in launch.replicas}
     created = launch.phases.get("created") or datetime.now(UTC)
-    # the pod whose log tail it is: a TrainJob's node runs several ranks, and each gets the tail
-    named = launch.failure.replica if launch.failure is not None else None
-    failing = next((r.pod for r in launch.replicas if replica_id(r.replica_type, r.index) == named), None)
+    failure = launch.failure
+    # The failing replica's pod: its log tail is also that of every replica sharing the pod (a TrainJob
+    # node's ranks share its log).
+    failed_pod = next(
+        (
+            r.pod
+            for r in launch.replicas
+            if failure is not None and replica_id(r.replica_type, r.index) == failure.replica
+        ),
+        None,
+    )
     records = []
     for rtype, index in replicas_of(trial.job.replicas):
         if has_record(rtype, index):
@@ -126,10 +151,12 @@ def stand_in_records(
         error = f"{launch.reason}: {launch.message}"
         if replica is not None and replica.reason not in _PLAIN_FAILURES:
             error += f" (this replica: {replica.reason}, exit code {replica.exit_code})"
-        failure = launch.failure
-        ran_there = failure is not None and failure.replica == replica_id(rtype, index)
-        ran_there = ran_there or (replica is not None and failing is not None and replica.pod == failing)
-        if failure is not None and ran_there and failure.log_tail:
+        in_failed_pod = replica is not None and bool(failed_pod) and replica.pod == failed_pod
+        if (
+            failure is not None
+            and failure.log_tail
+            and (failure.replica == replica_id(rtype, index) or in_failed_pod)
+        ):
             error += "\n--- log tail ---\n" + failure.log_tail
         identity = RunIdentity(
             launch.experiment, launch.trial, launch.repetition, rtype, index, storage_url, trial.stack.image

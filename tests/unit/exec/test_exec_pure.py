@@ -70,6 +70,8 @@ def identity(rtype: str, index: int) -> RunIdentity:
         ("PS", 0, {}, None, False),
         ("Worker", 0, {"RANK": "1"}, "Worker", True),  # the configurator said so
         ("Master", 0, {}, "Worker", False),
+        ("Node", 0, {"RANK": "0", "WORLD_SIZE": "4"}, None, True),  # a TrainJob's rank 0
+        ("Node", 3, {"RANK": "3", "WORLD_SIZE": "4"}, None, False),
     ],
 )
 def test_primary_replica_from_the_environment(

@@ -123,9 +123,7 @@ TORCHTUNE_ENTRYPOINT: Final = ("tune", "run")
 # (trainer constants.go:88, trainjob_controller.go:174; the deadline counts from creation or resumption).
 JOBSET_COMPLETED_REASON: Final = "AllJobsCompleted"
 JOBSET_COMPLETED_MESSAGE: Final = "jobset completed successfully"
-JOBSET_FAILED_JOBS: Final = "FailedJobs"
 JOBSET_FAILED_MESSAGE: Final = "jobset failed due to one or more job failures"
-TRAINJOB_DEADLINE_MESSAGE: Final = "TrainJob exceeded its active deadline"
 # Kueue (kubernetes-sigs/kueue v0.19, pkg/controller/constants/constants.go:23,48): the LocalQueue a job
 # is submitted to, and its WorkloadPriorityClass. Kueue admits a job by unsuspending it.
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"

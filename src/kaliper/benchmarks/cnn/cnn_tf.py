@@ -31,6 +31,12 @@ runs the same locally and on a cluster:
   the end an all-gather of each task's SHA-256 of its weights says whether they are identical
   (`params_in_sync`). The leader waits at exit (up to PEER_EXIT_WAIT_S) until the other tasks' servers
   are gone, so none is stopped before its record is stored (the job succeeds when the leader exits).
+
+Model FLOPs: one image's forward pass counted from the Keras layers' shapes (models_tf,
+`forward_flops_per_image`: the formulas torch's FlopCounterMode uses); `model_tflops` = (3 × for training)
+that count × images_per_s of this replica, and `pct_of_peak` against the GPU TensorFlow names
+(`get_device_details`), none on a CPU. The models run NHWC (`derived.data_format`); `compile` and
+`memory_format` are PyTorch's parameters, refused here unless at their defaults (catalog).
 """
 
 from __future__ import annotations

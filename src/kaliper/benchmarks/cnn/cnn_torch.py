@@ -37,6 +37,13 @@ abort the others at exit).
 Inference has no gradients to exchange, so cnn-infer with WORLD_SIZE > 1 creates no process group: each
 replica measures independently and records its world size and rank; the job's throughput is the sum
 of the replicas' images_per_s.
+
+Model FLOPs: torch's FlopCounterMode counts one image's forward pass once per run (models_torch,
+`forward_flops_per_image`); `model_tflops` = (3 × for training) that count × batch_size / step time, and
+`pct_of_peak` compares it with the device's datasheet peak (kaliper.benchmarks.peaks; none on a CPU, and
+the record says why). `compile` (torch.compile) and `memory_format` (channels_last: the model's weights
+and every batch) are applied before sampling; the calls that compile run before the sampling rule starts,
+timed apart (kaliper.benchmarks.torch_compile), so neither a warm-up nor a timed step contains them.
 """
 
 from __future__ import annotations
@@ -376,6 +383,18 @@ def _measure(
     compile_info = first_calls(lambda: step(*compile_batch), sync, mode, agree=agree)
     compile_batch.clear()
 
+    # what the layout really is, for the record: the input batch and every 4-D weight (convolutions)
+    sample_x = (
+        fixed[0] if fixed is not None else torch.empty(1, 3, size, size).to(memory_format=memory_format)
+    )
+    layout = {
+        "memory_format": str(params["memory_format"]),
+        "input_channels_last": sample_x.is_contiguous(memory_format=torch.channels_last),
+        "conv_weights_channels_last": all(
+            p.is_contiguous(memory_format=torch.channels_last) for p in model.parameters() if p.dim() == 4
+        ),
+    }
+
     steps = _Steps()
 
     def measure() -> int:
@@ -474,6 +493,7 @@ def _measure(
             if train
             else "forward per image × batch_size",
         },
+        "layout": layout,
         **compile_info,
         **peak_info,
     }

@@ -173,7 +173,7 @@ def test_train_single_process_metrics() -> None:
     assert m.derived["tf_config"] is None
     assert m.derived["model_params"] == 1_228_970  # = models_torch.SmallResNet(10)
     assert m.derived["first_step_s"] > 0
-    assert set(m.metrics) == {"images_per_s", "compute_images_per_s", "step_time"}
+    assert set(m.metrics) == {"images_per_s", "compute_images_per_s", "step_time", "model_tflops"}
     for ns, ips, cips, step in zip(
         m.samples.timed_ns,
         values(m, "images_per_s"),

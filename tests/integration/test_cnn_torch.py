@@ -50,6 +50,8 @@ def params(**overrides: Any) -> dict[str, Any]:
         "data": "synthetic",
         "data_dir": "",
         "data_workers": 1,
+        "compile": "none",
+        "memory_format": "contiguous",
         "device": "cpu",
         "threads": 1,
     }

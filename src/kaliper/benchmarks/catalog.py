@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kaliper.benchmarks.params import Param, ParamSet
+from kaliper.benchmarks.params import Param, ParamSet, ParamValue
+from kaliper.benchmarks.torch_compile import MODES as COMPILE_MODES
 from kaliper.errors import ParameterError
 from kaliper.trace import MALLOC_ENV
 
@@ -23,6 +24,24 @@ COMMON_THREADS = Param(
     "intra-op threads for the framework and the BLAS; 0 = the CPUs this process may use",
     minimum=0,
 )
+
+COMMON_COMPILE = Param(
+    "compile",
+    str,
+    "none",
+    "torch.compile mode: none (eager), default or max-autotune; compile time is recorded apart "
+    "(derived.compile_s), never in a sample",
+    choices=COMPILE_MODES,
+)
+
+
+@dataclass(frozen=True)
+class FrameworkOnly:
+    """A parameter only some frameworks implement: the others accept its default only (and say why)."""
+
+    param: str
+    frameworks: tuple[str, ...]
+    why: str
 
 
 @dataclass(frozen=True)
@@ -37,6 +56,21 @@ class WorkloadDef:
     # Set in the job's containers (a cluster's pods and local replicas alike), under a stack's own env:
     # what the workload's processes need from start-up (trace-replay: glibc malloc as when recorded).
     env: tuple[tuple[str, str], ...] = ()
+    framework_only: tuple[FrameworkOnly, ...] = ()
+
+    def check_framework_param(self, framework: str, name: str, value: ParamValue, where: str) -> None:
+        """ParameterError naming `where` when `framework` does not implement `name` = `value`."""
+        param = self.params.get(name)
+        for only in self.framework_only:
+            if only.param == name and framework not in only.frameworks and param and value != param.default:
+                raise ParameterError(
+                    f"{where}: {name} {value!r} is not available with framework {framework} "
+                    f"(only {', '.join(only.frameworks)}; {framework} takes {param.default!r}): {only.why}"
+                )
+
+    def check_framework_params(self, framework: str, params: dict[str, Any], where: str) -> None:
+        for name, value in params.items():
+            self.check_framework_param(framework, name, value, f"{where}.{name}")
 
     def implementation_target(self, framework: str, where: str = "framework") -> str:
         """`module:function` of the implementation for `framework`, without importing it."""
@@ -165,8 +199,28 @@ _CNN_PARAMS = (
         "input pipeline workers (DataLoader workers / tf.data parallel calls)",
         minimum=0,
     ),
+    COMMON_COMPILE,
+    Param(
+        "memory_format",
+        str,
+        "contiguous",
+        "torch memory format of the model and the input batch: contiguous (NCHW) or channels_last "
+        "(NHWC: what bf16/fp16 convolutions need to run on tensor cores)",
+        choices=("contiguous", "channels_last"),
+    ),
     COMMON_DEVICE,
     COMMON_THREADS,
+)
+# TensorFlow's Keras layers run NHWC (data_format "channels_last", Keras' default) whatever the parameter
+# says, and XLA's jit_compile is not torch.compile: a TF spec keeps both parameters at their defaults.
+_CNN_TORCH_ONLY = (
+    FrameworkOnly("compile", ("pytorch",), "it is torch.compile; TensorFlow runs its steps in tf.function"),
+    FrameworkOnly(
+        "memory_format",
+        ("pytorch",),
+        "it is torch's memory format; the TensorFlow models always run NHWC (Keras data_format "
+        "channels_last), which derived.data_format records",
+    ),
 )
 
 CNN_TRAIN = WorkloadDef(
@@ -178,6 +232,7 @@ CNN_TRAIN = WorkloadDef(
         "tensorflow": "kaliper.benchmarks.cnn.cnn_tf:run_train",
     },
     version="1",
+    framework_only=_CNN_TORCH_ONLY,
 )
 
 CNN_INFER = WorkloadDef(
@@ -189,6 +244,7 @@ CNN_INFER = WorkloadDef(
         "tensorflow": "kaliper.benchmarks.cnn.cnn_tf:run_infer",
     },
     version="1",
+    framework_only=_CNN_TORCH_ONLY,
 )
 
 TRACE_REPLAY = WorkloadDef(

@@ -116,6 +116,7 @@ def run_workload(name: str, framework: str, raw_params: dict[str, str], rule: Sa
     pusher = start_live_push(identity.experiment, identity.trial, identity.repetition, replica)
     try:
         params = definition.params.resolve(raw_params, name, "--param")
+        definition.check_framework_params(framework, params, "--param")
         implementation = definition.implementation(framework)
         with observe_samples(pusher.on_sample):
             measurement = implementation(params, rule)

@@ -88,3 +88,28 @@ def tf_gpus() -> list[dict[str, Any]]:
             }
         )
     return gpus
+
+
+_PRECISION_OF_DTYPE = {"float64": "fp64", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def tf_peak_inputs(device: str, dtype: str) -> tuple[str | None, str]:
+    """(the GPU's name as TensorFlow reports it, or None on the CPU or when TF gives no name; the precision
+    row of kaliper.benchmarks.peaks) for work of `dtype` on the TF `device` ("/GPU:0" or "/CPU:0").
+
+    float32 is "tf32" while TensorFlow allows TF32 (`tf.config.experimental.enable_tensor_float_32_execution`,
+    on by default since TF 2.4, for matmuls and convolutions alike), else "fp32"."""
+    precision = _PRECISION_OF_DTYPE.get(dtype, "fp32")
+    if not device.startswith("/GPU"):
+        return None, precision
+    tf = import_tensorflow()
+    gpus = tf.config.list_physical_devices("GPU")
+    index = int(device.rsplit(":", 1)[-1])
+    name = (
+        tf.config.experimental.get_device_details(gpus[index]).get("device_name")
+        if index < len(gpus)
+        else None
+    )
+    if dtype == "float32" and tf.config.experimental.tensor_float_32_execution_enabled():
+        precision = "tf32"
+    return (str(name) if name else None), precision

@@ -169,7 +169,12 @@ def check_against_workload(spec: BenchmarkSpec) -> None:
     except ParameterError as exc:
         raise ParameterError(f"workload.name: {exc}") from None
     definition.implementation_target(spec.workload.framework, where="workload.framework")
-    definition.params.resolve(spec.workload.params, definition.name, "workload.params", complete=False)
+    given = definition.params.resolve(
+        spec.workload.params, definition.name, "workload.params", complete=False
+    )
+    framework = spec.workload.framework
+    for name in spec.workload.params:
+        definition.check_framework_param(framework, name, given[name], f"workload.params.{name}")
     for needed in definition.params.missing(set(spec.workload.params) | set(spec.matrix)):
         raise ParameterError(
             f"workload.params.{needed.name}: workload {definition.name} requires parameter "
@@ -183,4 +188,6 @@ def check_against_workload(spec: BenchmarkSpec) -> None:
                 f"matrix.{key}: workload {definition.name} has no parameter {key!r} (it takes: {known})"
             )
         coerced = [param.coerce(value, f"matrix.{key}[{i}]") for i, value in enumerate(values)]
+        for i, value in enumerate(coerced):
+            definition.check_framework_param(framework, key, value, f"matrix.{key}[{i}]")
         _check_distinct(key, values, [(type(v), v) for v in coerced])

@@ -31,6 +31,12 @@ runs the same locally and on a cluster:
   the end an all-gather of each task's SHA-256 of its weights says whether they are identical
   (`params_in_sync`). The leader waits at exit (up to PEER_EXIT_WAIT_S) until the other tasks' servers
   are gone, so none is stopped before its record is stored (the job succeeds when the leader exits).
+
+Model FLOPs: one image's forward pass counted from the Keras layers' shapes (models_tf,
+`forward_flops_per_image`: the formulas torch's FlopCounterMode uses); `model_tflops` = (3 × for training)
+that count × images_per_s of this replica, and `pct_of_peak` against the GPU TensorFlow names
+(`get_device_details`), none on a CPU. The models run NHWC (`derived.data_format`); `compile` and
+`memory_format` are PyTorch's parameters, refused here unless at their defaults (catalog).
 """
 
 from __future__ import annotations
@@ -44,10 +50,12 @@ from typing import Any
 from kaliper import settings
 from kaliper.benchmarks.cnn.imagefiles import ensure_image_files
 from kaliper.benchmarks.cnn.models_tf import (
+    FORWARD_FLOPS_FORMULA,
     OPTIMIZER,
     ClusterConfig,
     ImageFiles,
     build_model,
+    forward_flops_per_image,
     load_keras,
     make_optimizer,
     params_digest,
@@ -58,7 +66,15 @@ from kaliper.benchmarks.cnn.models_tf import (
     wait_for_peers,
 )
 from kaliper.benchmarks.measurement import Measurement, MetricDef
-from kaliper.benchmarks.tf_support import import_tensorflow, tf_build_info, tf_device, tf_gpus, tf_threads
+from kaliper.benchmarks.peaks import with_peak
+from kaliper.benchmarks.tf_support import (
+    import_tensorflow,
+    tf_build_info,
+    tf_device,
+    tf_gpus,
+    tf_peak_inputs,
+    tf_threads,
+)
 from kaliper.errors import WorkloadError
 from kaliper.metrics.sampling import SampleSet, SamplingRule, collect
 
@@ -94,6 +110,13 @@ def _run(params: dict[str, Any], rule: SamplingRule, train: bool) -> Measurement
         samples, metrics, derived = run.multi_worker(rule)
     else:
         samples, metrics, derived = run.single(rule)
+    metrics, flops = model_flops(metrics, run.model, train)
+    metrics, peak_info = with_peak(
+        metrics,
+        "model_tflops",
+        1e12,
+        *tf_peak_inputs(device, "bfloat16" if params["precision"] == "bf16" else "float32"),
+    )
     build = tf_build_info()
     build["tf_keras"] = keras.__version__
     build["TF_USE_LEGACY_KERAS"] = settings.current()[settings.TF_USE_LEGACY_KERAS]
@@ -113,8 +136,47 @@ def _run(params: dict[str, Any], rule: SamplingRule, train: bool) -> Measurement
             "steps_per_sample": run.steps_per_sample,
             "sync": run.sync,
         },
-        derived={"tf_config": config.raw, **run.info, **derived},
+        derived={
+            "tf_config": config.raw,
+            **run.info,
+            **derived,
+            "data_format": DATA_FORMAT,
+            "flops": flops,
+            **peak_info,
+        },
     )
+
+
+DATA_FORMAT = "NHWC (Keras data_format channels_last, its default; memory_format is torch's setting)"
+
+
+def model_flops(
+    metrics: dict[str, MetricDef], model: Any, train: bool
+) -> tuple[dict[str, MetricDef], dict[str, Any]]:
+    """`metrics` plus `model_tflops` (model FLOPs per image × images_per_s of this replica), and the count
+    with its formulas for `derived.flops`."""
+    forward = forward_flops_per_image(model)
+    per_image = (3 if train else 1) * forward
+    images = metrics["images_per_s"]
+    formula = f"{'3 * ' if train else ''}forward_flops_per_image * images_per_s / 1e12 (derived.flops)"
+    if images.values is not None or images.from_ns is None:
+        rate = MetricDef(
+            "TFLOP/s", "more_is_better", formula, values=[per_image * v / 1e12 for v in images.values or []]
+        )
+    else:
+        from_ns = images.from_ns
+        rate = MetricDef(
+            "TFLOP/s", "more_is_better", formula, from_ns=lambda ns: per_image * from_ns(ns) / 1e12
+        )
+    return {**metrics, "model_tflops": rate}, {
+        "forward_per_image": forward,
+        "per_image": per_image,
+        "forward_formula": FORWARD_FLOPS_FORMULA,
+        "step_formula": "3 × forward per image × batch_size (the backward pass costs two forwards: "
+        "gradients of the inputs and of the weights; the SGD update is not counted)"
+        if train
+        else "forward per image × batch_size",
+    }
 
 
 class _Run:

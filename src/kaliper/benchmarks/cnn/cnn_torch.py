@@ -37,6 +37,13 @@ abort the others at exit).
 Inference has no gradients to exchange, so cnn-infer with WORLD_SIZE > 1 creates no process group: each
 replica measures independently and records its world size and rank; the job's throughput is the sum
 of the replicas' images_per_s.
+
+Model FLOPs: torch's FlopCounterMode counts one image's forward pass once per run (models_torch,
+`forward_flops_per_image`); `model_tflops` = (3 × for training) that count × batch_size / step time, and
+`pct_of_peak` compares it with the device's datasheet peak (kaliper.benchmarks.peaks; none on a CPU, and
+the record says why). `compile` (torch.compile) and `memory_format` (channels_last: the model's weights
+and every batch) are applied before sampling; the calls that compile run before the sampling rule starts,
+timed apart (kaliper.benchmarks.torch_compile), so neither a warm-up nor a timed step contains them.
 """
 
 from __future__ import annotations
@@ -58,8 +65,11 @@ import numpy.typing as npt
 from kaliper import settings
 from kaliper.benchmarks.cnn import imagefiles
 from kaliper.benchmarks.measurement import Measurement, MetricDef
+from kaliper.benchmarks.peaks import with_peak
+from kaliper.benchmarks.torch_compile import compiled, first_calls
 from kaliper.benchmarks.torch_support import (
     device_and_sync,
+    peak_inputs,
     set_thread_env,
     torch_measurement,
     torch_threads,
@@ -280,7 +290,12 @@ def _measure(
     import torch
     from torch import nn
 
-    from kaliper.benchmarks.cnn.models_torch import build_model, count_parameters
+    from kaliper.benchmarks.cnn.models_torch import (
+        FORWARD_FLOPS_FORMULA,
+        build_model,
+        count_parameters,
+        forward_flops_per_image,
+    )
 
     batch = int(params["batch_size"])
     size = int(params["image_size"])
@@ -288,8 +303,16 @@ def _measure(
     bf16 = params["precision"] == "bf16"
     rank = dist_env.rank
 
+    mode = str(params["compile"])
+    memory_format = (
+        torch.channels_last if params["memory_format"] == "channels_last" else torch.contiguous_format
+    )
+
     torch.manual_seed(MODEL_SEED)
-    model = build_model(str(params["model"]), classes).to(device)
+    model = build_model(str(params["model"]), classes)
+    forward_flops = forward_flops_per_image(model, size)
+    # nn.Module.to takes memory_format (documented; its type stubs omit it): 4-D weights in that layout
+    model = model.to(device, memory_format=memory_format)  # type: ignore[call-overload]
     model_params = count_parameters(model)
     net: nn.Module = model
     if train:
@@ -303,6 +326,7 @@ def _measure(
         criterion = nn.CrossEntropyLoss()
     else:
         model.eval()
+    net = compiled(net, mode)
 
     def autocast() -> contextlib.AbstractContextManager[Any]:
         if bf16:
@@ -341,9 +365,35 @@ def _measure(
         fixed = None
     else:
         data_info = {"source": "synthetic", "seed": DATA_SEED + rank}
-        x0 = torch.randn(batch, 3, size, size, generator=generator).to(device)
+        x0 = torch.randn(batch, 3, size, size, generator=generator).to(device, memory_format=memory_format)
         y0 = torch.randint(0, classes, (batch,), generator=generator).to(device)
         fixed = (x0, y0)
+
+    # torch.compile compiles on the first call(s): run them here, timed apart, on a batch of the same
+    # shape, dtype and layout (its own generator: the file order stays that of an eager run), so no
+    # sample, warm-up included, contains compilation.
+    compile_batch: list[Any] = []
+    if mode != "none":
+        own = torch.Generator().manual_seed(DATA_SEED + rank)
+        compile_batch = [
+            torch.randn(batch, 3, size, size, generator=own).to(device, memory_format=memory_format),
+            torch.randint(0, classes, (batch,), generator=own).to(device),
+        ]
+    agree = None if group is None else group.agree
+    compile_info = first_calls(lambda: step(*compile_batch), sync, mode, agree=agree)
+    compile_batch.clear()
+
+    # what the layout really is, for the record: the input batch and every 4-D weight (convolutions)
+    sample_x = (
+        fixed[0] if fixed is not None else torch.empty(1, 3, size, size).to(memory_format=memory_format)
+    )
+    layout = {
+        "memory_format": str(params["memory_format"]),
+        "input_channels_last": sample_x.is_contiguous(memory_format=torch.channels_last),
+        "conv_weights_channels_last": all(
+            p.is_contiguous(memory_format=torch.channels_last) for p in model.parameters() if p.dim() == 4
+        ),
+    }
 
     steps = _Steps()
 
@@ -356,7 +406,7 @@ def _measure(
             ready = start  # the batch is already on the device: no wait
         else:
             x, y = next(batches)
-            x = x.to(device, non_blocking=True)
+            x = x.to(device, non_blocking=True, memory_format=memory_format)
             y = y.to(device, non_blocking=True)
             sync()
             ready = time.perf_counter_ns()
@@ -412,6 +462,16 @@ def _measure(
             formula="wait for the next batch from the DataLoader + its host-to-device copy, per step",
             values=[ns / 1e9 for ns in wait],
         )
+    step_flops = (3 if train else 1) * forward_flops * batch
+    metrics["model_tflops"] = MetricDef(
+        unit="TFLOP/s",
+        direction="more_is_better",
+        formula=f"{'3 * ' if train else ''}forward_flops_per_image * batch_size / (data_wait + compute) per "
+        "step / 1e12 (derived.flops)",
+        values=[step_flops / ns / 1e3 for ns in total],  # FLOP/ns = GFLOP/s; / 1e3 = TFLOP/s
+    )
+    device_name, peak_precision = peak_inputs(device, "bfloat16" if bf16 else "float32", op="conv")
+    metrics, peak_info = with_peak(metrics, "model_tflops", 1e12, device_name, peak_precision)
     derived: dict[str, Any] = {
         "model": str(params["model"]),
         "model_params": model_params,
@@ -424,6 +484,18 @@ def _measure(
         "world_size": dist_env.world_size,
         "rank": rank,
         "distributed_env": dist_env.env,
+        "flops": {
+            "forward_per_image": forward_flops,
+            "per_step": step_flops,
+            "forward_formula": FORWARD_FLOPS_FORMULA,
+            "step_formula": "3 × forward per image × batch_size (the backward pass costs two forwards: "
+            "gradients of the inputs and of the weights; the SGD update is not counted)"
+            if train
+            else "forward per image × batch_size",
+        },
+        "layout": layout,
+        **compile_info,
+        **peak_info,
     }
     if train:
         world = dist_env.world_size if group is not None else 1

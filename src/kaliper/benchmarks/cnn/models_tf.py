@@ -297,3 +297,28 @@ def _accepts(address: str) -> bool:
             return True
     except (OSError, ValueError):
         return False
+
+
+FORWARD_FLOPS_FORMULA = (
+    "sum over the model's Keras layers of one image's forward pass: Conv2D 2·Ho·Wo·Kh·Kw·(Cin/groups)·Cout, "
+    "Dense 2·in·out (2 FLOP per multiply-add, the formulas torch.utils.flop_counter uses, so `small` "
+    "counts the same in both frameworks); batch norm, ReLU, pooling, the residual adds, biases and the "
+    "loss are not counted"
+)
+
+
+def forward_flops_per_image(model: Any) -> int:
+    """Model FLOPs of one image's forward pass from the layers' shapes (TensorFlow has no counter that
+    counts only what torch's counts: tf.profiler's float_operation adds element-wise ops)."""
+    total = 0
+    for layer in model.layers:
+        if hasattr(layer, "layers"):  # a nested model
+            total += forward_flops_per_image(layer)
+        elif type(layer).__name__ == "Conv2D":
+            kh, kw, cin_per_group, cout = (int(d) for d in layer.kernel.shape)
+            _, ho, wo, _ = layer.output_shape
+            total += 2 * int(ho) * int(wo) * kh * kw * cin_per_group * cout
+        elif type(layer).__name__ == "Dense":
+            fan_in, fan_out = (int(d) for d in layer.kernel.shape)
+            total += 2 * fan_in * fan_out
+    return total

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from kaliper.benchmarks.measurement import Measurement
+from kaliper.benchmarks.peaks import with_peak
 from kaliper.benchmarks.pi.pi_conv2d_torch import ConvGeometry, conv_metrics
 from kaliper.benchmarks.pi.pi_matmul_tf import SYNC, first_elements, first_line, sample_tf_loop, tf_dtype
 from kaliper.benchmarks.tf_support import (
@@ -31,6 +32,7 @@ from kaliper.benchmarks.tf_support import (
     tf_build_info,
     tf_device,
     tf_gpus,
+    tf_peak_inputs,
     tf_sync,
     tf_threads,
 )
@@ -103,10 +105,13 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
         sampled = sample_tf_loop(tf, loop, run_calls, int(params["calls_per_sample"]), rule)
         samples, calls, faults_per_call = sampled.samples, sampled.calls, sampled.minor_page_faults_per_call
 
+    metrics, peak_info = with_peak(
+        conv_metrics(geometry, calls), "gflops", 1e9, *tf_peak_inputs(device, params["dtype"])
+    )
     return Measurement(
         samples=samples,
         calls_per_sample=calls,
-        metrics=conv_metrics(geometry, calls),
+        metrics=metrics,
         framework="tensorflow",
         framework_version=str(tf.__version__),
         framework_build=tf_build_info(),
@@ -119,5 +124,6 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             "timed_loop": TIMED_LOOP,
             "tf_device": device,
             "minor_page_faults_per_call": faults_per_call,
+            **peak_info,
         },
     )

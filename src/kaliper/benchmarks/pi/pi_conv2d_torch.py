@@ -33,8 +33,10 @@ from typing import Any
 
 from kaliper.benchmarks.calibration import rate_metrics, sample_calls
 from kaliper.benchmarks.measurement import Measurement, MetricDef
+from kaliper.benchmarks.peaks import with_peak
 from kaliper.benchmarks.torch_support import (
     device_and_sync,
+    peak_inputs,
     torch_measurement,
     torch_threads,
 )
@@ -219,11 +221,13 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
     # run_calls ends with sync(): GPU kernels are asynchronous, the sample ends when the device is done
     sampled = sample_calls(run_calls, int(params["calls_per_sample"]), rule, drain=sync)
     samples, calls, faults_per_call = sampled.samples, sampled.calls, sampled.minor_page_faults_per_call
+    peak_device, precision = peak_inputs(device, params["dtype"], op="conv")
+    metrics, peak_info = with_peak(conv_metrics(geometry, calls), "gflops", 1e9, peak_device, precision)
     return torch_measurement(
         device,
         samples,
         calls,
-        conv_metrics(geometry, calls),
+        metrics,
         threads,
         {"calls_per_sample": calls},
         derived={
@@ -233,5 +237,6 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             if geometry.padding == "valid"
             else ("in the convolution" if explicit is None else "F.pad before the convolution"),
             "minor_page_faults_per_call": faults_per_call,
+            **peak_info,
         },
     )

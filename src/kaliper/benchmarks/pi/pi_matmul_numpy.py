@@ -22,6 +22,7 @@ from typing import Any
 from kaliper import settings
 from kaliper.benchmarks.calibration import MATMUL_GFLOPS_FORMULA, rate_metrics, sample_calls
 from kaliper.benchmarks.measurement import Measurement
+from kaliper.benchmarks.peaks import with_peak
 from kaliper.benchmarks.torch_support import default_threads
 from kaliper.errors import ParameterError, WorkloadError
 from kaliper.metrics.sampling import SamplingRule
@@ -61,11 +62,16 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             ) from exc
         sampled = sample_calls(run_calls, int(params["calls_per_sample"]), rule)
 
+    # NumPy runs on the CPU only, and CPUs have no stated peak: this records why there is no percentage.
+    precision = "fp64" if params["dtype"] == "float64" else "fp32"
+    metrics, peak_info = with_peak(
+        rate_metrics(2.0 * n**3, sampled.calls, MATMUL_GFLOPS_FORMULA), "gflops", 1e9, None, precision
+    )
     blas_threads = sorted({int(i["num_threads"]) for i in in_run if i.get("user_api") == "blas"})
     return Measurement(
         samples=sampled.samples,
         calls_per_sample=sampled.calls,
-        metrics=rate_metrics(2.0 * n**3, sampled.calls, MATMUL_GFLOPS_FORMULA),
+        metrics=metrics,
         framework="numpy",
         framework_version=str(np.__version__),
         framework_build=numpy_build_info(),
@@ -83,6 +89,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
         derived={
             "timed_call": "numpy.matmul(a, b, out=c), c preallocated",
             "minor_page_faults_per_call": sampled.minor_page_faults_per_call,
+            **peak_info,
         },
     )
 

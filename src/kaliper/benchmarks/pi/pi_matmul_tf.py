@@ -25,11 +25,13 @@ from typing import Any
 
 from kaliper.benchmarks.calibration import MATMUL_GFLOPS_FORMULA, CallSamples, rate_metrics, sample_calls
 from kaliper.benchmarks.measurement import Measurement
+from kaliper.benchmarks.peaks import with_peak
 from kaliper.benchmarks.tf_support import (
     import_tensorflow,
     tf_build_info,
     tf_device,
     tf_gpus,
+    tf_peak_inputs,
     tf_sync,
     tf_threads,
 )
@@ -80,10 +82,16 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
         sampled = sample_tf_loop(tf, loop, run_calls, int(params["calls_per_sample"]), rule)
         samples, calls, faults_per_call = sampled.samples, sampled.calls, sampled.minor_page_faults_per_call
 
+    metrics, peak_info = with_peak(
+        rate_metrics(2.0 * n**3, calls, MATMUL_GFLOPS_FORMULA),
+        "gflops",
+        1e9,
+        *tf_peak_inputs(device, params["dtype"]),
+    )
     return Measurement(
         samples=samples,
         calls_per_sample=calls,
-        metrics=rate_metrics(2.0 * n**3, calls, MATMUL_GFLOPS_FORMULA),
+        metrics=metrics,
         framework="tensorflow",
         framework_version=str(tf.__version__),
         framework_build=tf_build_info(),
@@ -94,6 +102,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             "timed_loop": TIMED_LOOP,
             "tf_device": device,
             "minor_page_faults_per_call": faults_per_call,
+            **peak_info,
         },
     )
 

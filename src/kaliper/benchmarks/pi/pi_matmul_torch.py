@@ -10,8 +10,10 @@ from typing import Any
 
 from kaliper.benchmarks.calibration import MATMUL_GFLOPS_FORMULA, rate_metrics, sample_calls
 from kaliper.benchmarks.measurement import Measurement
+from kaliper.benchmarks.peaks import with_peak
 from kaliper.benchmarks.torch_support import (
     device_and_sync,
+    peak_inputs,
     torch_measurement,
     torch_threads,
 )
@@ -46,4 +48,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
     sampled = sample_calls(run_calls, int(params["calls_per_sample"]), rule, drain=sync)
     samples, calls = sampled.samples, sampled.calls
     metrics = rate_metrics(2.0 * n**3, calls, MATMUL_GFLOPS_FORMULA)
-    return torch_measurement(device, samples, calls, metrics, threads, {"calls_per_sample": calls})
+    metrics, peak_info = with_peak(metrics, "gflops", 1e9, *peak_inputs(device, params["dtype"]))
+    return torch_measurement(
+        device, samples, calls, metrics, threads, {"calls_per_sample": calls}, derived=peak_info
+    )

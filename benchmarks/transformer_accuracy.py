@@ -181,15 +181,20 @@ def main() -> int:
     for name in cases:
         command = [sys.executable, os.path.abspath(__file__), f"--worker={name}", f"--rounds={args.rounds}"]
         command.append(f"--threads={args.threads}")
-        proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-        for line in proc.stdout.splitlines():
-            if line.startswith(RESULT_PREFIX):
-                results.append(json.loads(line[len(RESULT_PREFIX) :]))
-            else:
-                print(line)
+        # rows are printed as each round ends (a slow machine still shows what it measured)
+        with subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            for line in proc.stdout:
+                if line.startswith(RESULT_PREFIX):
+                    results.append(json.loads(line[len(RESULT_PREFIX) :]))
+                else:
+                    print(line, end="", flush=True)
+            stderr = proc.stderr.read()
         if proc.returncode != 0:
             failed.append(name)
-            print(f"{name}: worker failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+            print(f"{name}: worker failed (exit {proc.returncode}):\n{stderr[-3000:]}")
     busy1, total1 = cpu_ticks()
     others = max(0, (busy1 - busy0) - (own_ticks() - own0)) / max(total1 - total0, 1)
     cores = os.cpu_count() or 1

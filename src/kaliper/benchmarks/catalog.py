@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kaliper.benchmarks.params import Param, ParamSet
+from kaliper.benchmarks.params import Param, ParamSet, ParamValue
+from kaliper.benchmarks.serve import config as serve_config
 from kaliper.errors import ParameterError
 from kaliper.trace import MALLOC_ENV
 
@@ -37,6 +38,8 @@ class WorkloadDef:
     # Set in the job's containers (a cluster's pods and local replicas alike), under a stack's own env:
     # what the workload's processes need from start-up (trace-replay: glibc malloc as when recorded).
     env: tuple[tuple[str, str], ...] = ()
+    # Checks across parameters (a trial's full set; ParameterError naming one), run when trials are made.
+    check: Callable[[dict[str, ParamValue], str], None] | None = None
 
     def implementation_target(self, framework: str, where: str = "framework") -> str:
         """`module:function` of the implementation for `framework`, without importing it."""
@@ -222,8 +225,21 @@ TRACE_REPLAY = WorkloadDef(
     env=tuple(MALLOC_ENV.items()),
 )
 
+SERVE = WorkloadDef(
+    name="serve",
+    summary="MLPerf LoadGen scenarios (SingleStream, MultiStream, Server, Offline) against a built-in model "
+    "or your inference server over HTTP; LoadGen's per-query latency, its VALID/INVALID verdict, TTFT/TPOT",
+    params=serve_config.PARAMS,
+    implementations={
+        "pytorch": "kaliper.benchmarks.serve.workload:run",
+        "numpy": "kaliper.benchmarks.serve.workload:run",
+    },
+    version="1",
+    check=serve_config.check,
+)
+
 WORKLOADS: dict[str, WorkloadDef] = {
-    w.name: w for w in (PI_MATMUL, PI_CONV2D, PI_IMPORT, CNN_TRAIN, CNN_INFER, TRACE_REPLAY)
+    w.name: w for w in (PI_MATMUL, PI_CONV2D, PI_IMPORT, CNN_TRAIN, CNN_INFER, TRACE_REPLAY, SERVE)
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import threading
 import time
 import uuid
@@ -53,6 +54,12 @@ class TinyModel:
 class Handler(BaseHTTPRequestHandler):
     server: DemoServer
     protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        # Each SSE event goes out when written: with Nagle on, an event waits for the ACK of the one
+        # before, which the client's delayed ACK holds back ~40 ms (serving servers set TCP_NODELAY).
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: one line per request is noise
         return None

@@ -4,8 +4,9 @@
 Why the trace: LoadGen's summary holds only percentiles; the per-query latencies Kaliper's statistics
 need appear only in its trace, as one `Sample` begin event per sample whose `complete_ns` is LoadGen's
 own latency (completion minus *scheduled* time, the number its percentiles are taken over: checked by
-tests/integration/test_serve_http.py against the summary). With token latencies on, a `Token_Latency`
-counter at the same timestamp holds `issue_delay + issue_to_done` = that sample's time to first token.
+tests/integration/test_serve_http.py against the summary). With token latencies on, the time to first token is a
+`Token` event's `complete_ns` by sample_seq (SingleStream, MultiStream), or (Server, Offline) a
+`Token_Latency` counter at the sample's timestamp: `issue_delay + issue_to_done`.
 The trace is not strict JSON (LoadGen writes `""key""` in some events), so its lines are read with
 regular expressions, not json.
 """
@@ -21,6 +22,10 @@ from typing import Any
 _MLLOG = ":::MLLOG "
 _SAMPLE = re.compile(
     r'"name":"Sample","cat":"default","ph":"b","pid":\d+,"id":\d+,"ts":([\d.]+),'
+    r'"args":\{"sample_seq":(\d+),"query_seq":\d+,"sample_idx":\d+,"issue_start_ns":\d+,"complete_ns":(\d+)'
+)
+_TOKEN_EVENT = re.compile(
+    r'"name":"Token","cat":"default","ph":"b","pid":\d+,"id":\d+,"ts":[\d.]+,'
     r'"args":\{"sample_seq":(\d+),"query_seq":\d+,"sample_idx":\d+,"issue_start_ns":\d+,"complete_ns":(\d+)'
 )
 _TOKEN = re.compile(
@@ -90,6 +95,11 @@ class TraceSamples:
 def read_trace(path: Path) -> TraceSamples:
     text = path.read_text(errors="replace")
     samples = sorted((int(seq), float(ts), int(lat)) for ts, seq, lat in _SAMPLE.findall(text))
+    events = {int(seq): int(ttft) for seq, ttft in _TOKEN_EVENT.findall(text)}
+    if events:  # SingleStream/MultiStream: a `Token` event per sample, by sample_seq
+        if all(seq in events for seq, _, _ in samples):
+            return TraceSamples([lat for _, _, lat in samples], [events[seq] for seq, _, _ in samples])
+        return TraceSamples([lat for _, _, lat in samples], None)
     by_ts: dict[float, list[int]] = {}
     for ts, delay, done in _TOKEN.findall(text):
         by_ts.setdefault(float(ts), []).append(int(delay) + int(done))

@@ -52,13 +52,25 @@ def free_port() -> int:
 
 def test_ttft_tpot_latency_equal_the_servers_own_timestamps() -> None:
     with SseServer(first_ms=(20, 40, 30), token_ms=(5, 10), tokens=8) as server:
-        m = run(params(url=server.url, scenario="SingleStream", min_duration="0s", min_query_count=24,
-                       latency_bound="200ms", concurrency=1), RULE)
+        m = run(
+            params(
+                url=server.url,
+                scenario="SingleStream",
+                min_duration="0s",
+                min_query_count=24,
+                latency_bound="200ms",
+                concurrency=1,
+            ),
+            RULE,
+        )
         timings = list(server.timings)
     latency_ns = m.samples.timed_ns
     ttft = m.metrics["ttft"].values
     tpot = m.metrics["tpot"].values
-    assert m.derived["loadgen"]["validity"] in ("VALID", "INVALID")  # LoadGen judged it (small runs may be INVALID)
+    assert m.derived["loadgen"]["validity"] in (
+        "VALID",
+        "INVALID",
+    )  # LoadGen judged it (small runs may be INVALID)
     assert len(latency_ns) == len(timings) >= 24
     # SingleStream: one query at a time, so the k-th LoadGen sample is the server's k-th request.
     for name, ours, theirs in (
@@ -76,14 +88,25 @@ def test_ttft_tpot_latency_equal_the_servers_own_timestamps() -> None:
     result = m.derived["loadgen"]["result"]
     assert loadgen_percentile(latency_ns, 0.9) == result["result_90.00_percentile_latency_ns"]
     ttft_ns = [round(v * 1e6) for v in ttft]
-    assert abs(loadgen_percentile(ttft_ns, 0.5) - result["result_first_token_50.00_percentile_latency_ns"]) <= 1
+    assert (
+        abs(loadgen_percentile(ttft_ns, 0.5) - result["result_first_token_50.00_percentile_latency_ns"]) <= 1
+    )
     assert m.derived["output_tokens"] == 8 * len(timings)
 
 
 def test_loadgen_invalid_verdict_passes_through_unchanged(tmp_path: Path) -> None:
     with SseServer(first_ms=(15,), token_ms=(2,), tokens=3) as server:
-        config = serve_config(params(url=server.url, scenario="Server", target_qps=20, latency_bound="5ms",
-                                     latency_percentile=0.9, min_duration="1s", min_query_count=20))
+        config = serve_config(
+            params(
+                url=server.url,
+                scenario="Server",
+                target_qps=20,
+                latency_bound="5ms",
+                latency_percentile=0.9,
+                min_duration="1s",
+                min_query_count=20,
+            )
+        )
         outcome = run_loadgen(config, HttpBackend(config), log_dir=tmp_path)
     m = _measurement(config, outcome, HttpBackend(config), datetime.now(UTC), RULE, {})
     summary = (tmp_path / "mlperf_log_summary.txt").read_text()
@@ -125,7 +148,9 @@ def test_server_that_dies_mid_run_fails_the_run_and_is_stopped() -> None:
     def kill_server_soon() -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            found = [p for p in psutil.Process().children(recursive=True) if "demo_server" in " ".join(p.cmdline())]
+            found = [
+                p for p in psutil.Process().children(recursive=True) if "demo_server" in " ".join(p.cmdline())
+            ]
             with socket.socket() as s:
                 ready = s.connect_ex(("127.0.0.1", port)) == 0
             if found and ready:
@@ -136,9 +161,20 @@ def test_server_that_dies_mid_run_fails_the_run_and_is_stopped() -> None:
 
     killer = threading.Thread(target=kill_server_soon)
     killer.start()
-    m = run(params(url=url, command=_demo(port), ready_url=f"http://127.0.0.1:{port}/health", scenario="Server",
-                   target_qps=20, latency_bound="1s", latency_percentile=0.9, min_duration="3s", min_query_count=10),
-            RULE)
+    m = run(
+        params(
+            url=url,
+            command=_demo(port),
+            ready_url=f"http://127.0.0.1:{port}/health",
+            scenario="Server",
+            target_qps=20,
+            latency_bound="1s",
+            latency_percentile=0.9,
+            min_duration="3s",
+            min_query_count=10,
+        ),
+        RULE,
+    )
     killer.join()
     assert m.failure is not None and "queries failed" in m.failure
     assert _gone(m.derived["server"]["pid"])
@@ -146,11 +182,29 @@ def test_server_that_dies_mid_run_fails_the_run_and_is_stopped() -> None:
 
 def test_sigterm_to_the_workload_stops_the_server_it_started(tmp_path: Path) -> None:
     port = free_port()
-    argv = [sys.executable, "-m", "kaliper", "workload", "serve", "--param", "sut=http",
-            "--param", f"url=http://127.0.0.1:{port}/v1/completions", "--param", f"command={_demo(port)}",
-            "--param", "min_duration=60s", "--param", "scenario=Server", "--param", "target_qps=5"]
+    argv = [
+        sys.executable,
+        "-m",
+        "kaliper",
+        "workload",
+        "serve",
+        "--param",
+        "sut=http",
+        "--param",
+        f"url=http://127.0.0.1:{port}/v1/completions",
+        "--param",
+        f"command={_demo(port)}",
+        "--param",
+        "min_duration=60s",
+        "--param",
+        "scenario=Server",
+        "--param",
+        "target_qps=5",
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
-    workload = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    workload = subprocess.Popen(
+        argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     server_pid = None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and server_pid is None:

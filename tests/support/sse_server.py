@@ -95,7 +95,9 @@ class SseServer(ThreadingHTTPServer):
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     def delays(self, number: int) -> tuple[float, float]:
-        return self.first_ms[number % len(self.first_ms)] / 1e3, self.token_ms[number % len(self.token_ms)] / 1e3
+        return self.first_ms[number % len(self.first_ms)] / 1e3, self.token_ms[
+            number % len(self.token_ms)
+        ] / 1e3
 
     @property
     def url(self) -> str:

@@ -54,7 +54,9 @@ def sweep_answer(points: Sequence[LoadPoint], knee_factor: float = KNEE_FACTOR) 
 def point_from_derived(derived: dict[str, object]) -> LoadPoint | None:
     """The point a `serve` record's `derived` describes (kaliper.benchmarks.serve.workload), or None for
     a record of another workload or a run without a target (SingleStream, MultiStream)."""
-    target, achieved, latency = (derived.get(k) for k in ("target_qps", "achieved_qps", "latency_at_percentile_ms"))
+    target, achieved, latency = (
+        derived.get(k) for k in ("target_qps", "achieved_qps", "latency_at_percentile_ms")
+    )
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (target, achieved, latency)):
         return None
     return LoadPoint(float(target), float(achieved), float(latency), derived.get("valid") is True)  # type: ignore[arg-type]

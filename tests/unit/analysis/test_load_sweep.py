@@ -31,4 +31,6 @@ def test_no_valid_point_and_no_knee() -> None:
 def test_point_from_a_serve_records_derived() -> None:
     derived = {"target_qps": 20.0, "achieved_qps": 19.5, "latency_at_percentile_ms": 8.0, "valid": True}
     assert point_from_derived(derived) == LoadPoint(20.0, 19.5, 8.0, True)
-    assert point_from_derived({"target_qps": None, "achieved_qps": 3.0, "latency_at_percentile_ms": 1.0}) is None
+    assert (
+        point_from_derived({"target_qps": None, "achieved_qps": 3.0, "latency_at_percentile_ms": 1.0}) is None
+    )

@@ -93,13 +93,15 @@ PARAMS = ParamSet(
             "",
             "http with `command`: ready when GET returns 2xx; empty = when `url`'s port accepts a connection",
         ),
-        Param("startup_deadline", str, "60s", "http with `command`: how long the server may take to be ready"),
+        Param(
+            "startup_deadline", str, "60s", "http with `command`: how long the server may take to be ready"
+        ),
         Param("api", str, "openai-completions", "http: the request and response shape", choices=APIS),
         Param("model", str, "", "http (openai): the `model` field of each request"),
         Param("max_tokens", int, 16, "http (openai): tokens to generate per request", minimum=1),
         Param("stream", bool, True, "http (openai): stream the answer (SSE), measuring TTFT and TPOT"),
         Param("prompt", str, "Tell me about benchmarks.", "http: the prompt (openai) of every request"),
-        Param("payload", str, "", "http (json): the JSON body POSTed as is; empty = {\"input\": prompt}"),
+        Param("payload", str, "", 'http (json): the JSON body POSTed as is; empty = {"input": prompt}'),
         Param("api_key_env", str, "", "http: the environment variable holding a bearer token (never logged)"),
         Param("request_timeout", str, "60s", "http: a request's deadline; past it the query fails"),
         Param("ttft_slo", str, "", "goodput: time to first token bound (e.g. 200ms); empty = none"),
@@ -112,7 +114,13 @@ PARAMS = ParamSet(
             choices=("resnet50", "small"),
         ),
         Param("image_size", int, 64, "builtin-cnn: input height and width", minimum=32),
-        Param("batch_size", int, 8, "builtin: most samples one forward pass takes (Offline, MultiStream)", minimum=1),
+        Param(
+            "batch_size",
+            int,
+            8,
+            "builtin: most samples one forward pass takes (Offline, MultiStream)",
+            minimum=1,
+        ),
         Param("device", str, "cpu", "builtin: where the model runs", choices=("cpu", "cuda")),
         Param("threads", int, 0, "builtin: intra-op threads; 0 = the CPUs this process may use", minimum=0),
     )
@@ -191,7 +199,9 @@ def serve_config(params: Mapping[str, ParamValue], where: str = "params") -> Ser
                 raise ParameterError(f"{where}.ready_url: only used with `command` (a server Kaliper starts)")
     elif sut == "builtin-transformer":
         # TODO(transformer): serve kaliper.benchmarks.transformer.model once that branch is merged.
-        raise ParameterError(f"{where}.sut: builtin-transformer is not in this build yet (use http or builtin-cnn)")
+        raise ParameterError(
+            f"{where}.sut: builtin-transformer is not in this build yet (use http or builtin-cnn)"
+        )
     elif url or command:
         name = "url" if url else "command"
         raise ParameterError(f"{where}.{name}: only used with sut http, found sut {sut}")

@@ -24,11 +24,71 @@ from typing import Any
 import numpy as np
 
 VOCAB = tuple(
-    "the a model server token latency answer fast slow batch queue request load test run measure "
-    "benchmark kernel memory cache layer weight input output stream first time per second goodput "
-    "bound valid curve knee query sample scenario offline single multi percentile throughput device "
-    "thread core clock network socket byte event line chunk reply word text prompt sequence step "
-    "tensor matrix vector sum mean".split()
+    [
+        "the",
+        "a",
+        "model",
+        "server",
+        "token",
+        "latency",
+        "answer",
+        "fast",
+        "slow",
+        "batch",
+        "queue",
+        "request",
+        "load",
+        "test",
+        "run",
+        "measure",
+        "benchmark",
+        "kernel",
+        "memory",
+        "cache",
+        "layer",
+        "weight",
+        "input",
+        "output",
+        "stream",
+        "first",
+        "time",
+        "per",
+        "second",
+        "goodput",
+        "bound",
+        "valid",
+        "curve",
+        "knee",
+        "query",
+        "sample",
+        "scenario",
+        "offline",
+        "single",
+        "multi",
+        "percentile",
+        "throughput",
+        "device",
+        "thread",
+        "core",
+        "clock",
+        "network",
+        "socket",
+        "byte",
+        "event",
+        "line",
+        "chunk",
+        "reply",
+        "word",
+        "text",
+        "prompt",
+        "sequence",
+        "step",
+        "tensor",
+        "matrix",
+        "vector",
+        "sum",
+        "mean",
+    ]
 )
 
 
@@ -68,7 +128,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send_json(200, {"status": "ok"})
         elif self.path == "/v1/models":
-            self._send_json(200, {"object": "list", "data": [{"id": self.server.model_name, "object": "model"}]})
+            self._send_json(
+                200, {"object": "list", "data": [{"id": self.server.model_name, "object": "model"}]}
+            )
         else:
             self._send_json(404, {"error": f"no route {self.path}"})
 
@@ -83,7 +145,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             self._send_json(404, {"error": f"no route {self.path}"})
             return
-        prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", [])) if chat else str(body.get("prompt", ""))
+        prompt = (
+            " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+            if chat
+            else str(body.get("prompt", ""))
+        )
         max_tokens = max(1, min(int(body.get("max_tokens") or 16), 4096))
         words = self.server.model.generate(prompt, max_tokens)
         ident = f"cmpl-{uuid.uuid4().hex[:12]}"
@@ -96,9 +162,16 @@ class Handler(BaseHTTPRequestHandler):
                 text += " " + word
             choice = {"index": 0, "finish_reason": "length"}
             choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
-            self._send_json(200, {"id": ident, "object": "chat.completion" if chat else "text_completion",
-                                  "model": self.server.model_name, "choices": [choice],
-                                  "usage": {"completion_tokens": max_tokens}})
+            self._send_json(
+                200,
+                {
+                    "id": ident,
+                    "object": "chat.completion" if chat else "text_completion",
+                    "model": self.server.model_name,
+                    "choices": [choice],
+                    "usage": {"completion_tokens": max_tokens},
+                },
+            )
 
     def _pace(self) -> None:
         if self.server.token_delay_s:

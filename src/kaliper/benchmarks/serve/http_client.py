@@ -104,7 +104,9 @@ class HttpSut:
             return self._whole(data)
         except (OSError, http.client.HTTPException) as exc:
             self.close()  # a broken connection is not reused
-            raise WorkloadError(f"{type(exc).__name__} from {self.host}:{self.port}{self.path}: {exc}") from None
+            raise WorkloadError(
+                f"{type(exc).__name__} from {self.host}:{self.port}{self.path}: {exc}"
+            ) from None
         except BadResponse:
             self.close()
             raise
@@ -144,7 +146,9 @@ class HttpSut:
                     first_token()
                 tokens += 1
         if not done:
-            raise BadResponse(f"the stream from {self.path} ended without `data: [DONE]` after {tokens} tokens")
+            raise BadResponse(
+                f"the stream from {self.path} ended without `data: [DONE]` after {tokens} tokens"
+            )
         if tokens == 0:
             raise BadResponse(f"the stream from {self.path} carried no tokens")
         response.read()

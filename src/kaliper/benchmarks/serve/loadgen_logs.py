@@ -56,8 +56,12 @@ class LoadGenLog:
             "early_stopping_met": "early stopping not satisfied",
         }
         reasons = [text for key, text in checks.items() if self.values.get(key) is False]
-        for key in ("result_invalid_reason", "early_stopping_result", "early_stopping_ttft_result",
-                    "early_stopping_tpot_result"):
+        for key in (
+            "result_invalid_reason",
+            "early_stopping_result",
+            "early_stopping_ttft_result",
+            "early_stopping_tpot_result",
+        ):
             text = " ".join(str(self.values.get(key) or "").split())
             if text:
                 reasons.append(text)
@@ -70,7 +74,7 @@ def read_detail(path: Path) -> LoadGenLog:
         if not line.startswith(_MLLOG):
             continue
         try:
-            entry = json.loads(line[len(_MLLOG):])
+            entry = json.loads(line[len(_MLLOG) :])
         except ValueError:
             continue
         key, value = str(entry.get("key")), entry.get("value")

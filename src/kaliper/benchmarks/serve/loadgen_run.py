@@ -182,7 +182,9 @@ def run_loadgen(config: ServeConfig, backend: Backend, log_dir: Path | None = No
         finally:
             backend.worker_done()
 
-    workers = [threading.Thread(target=worker, daemon=True, name=f"sut-{i}") for i in range(config.concurrency)]
+    workers = [
+        threading.Thread(target=worker, daemon=True, name=f"sut-{i}") for i in range(config.concurrency)
+    ]
     for thread in workers:
         thread.start()
     sut = lg.ConstructSUT(issue_queries, lambda: None)

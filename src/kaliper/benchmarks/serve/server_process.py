@@ -72,7 +72,7 @@ def port_open(url: str, timeout_s: float = 1.0) -> bool:
 
 def http_ready(url: str, timeout_s: float = 2.0) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (checked http(s) URL)
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return 200 <= int(response.status) < 300
     except (OSError, urllib.error.URLError, ValueError):
         return False
@@ -89,7 +89,10 @@ class ServerProcess:
         self._log = log_path.open("wb")
         try:
             self.process = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         except OSError as exc:
@@ -119,7 +122,7 @@ class ServerProcess:
                     f"the server exited with code {self.process.returncode} before it was ready; "
                     f"its output ends: {self.log_tail()[-500:]!r}"
                 )
-            if (http_ready(ready_url) if ready_url else port_open(probe_url, 0.5)):
+            if http_ready(ready_url) if ready_url else port_open(probe_url, 0.5):
                 return time.monotonic() - started
             if time.monotonic() - started > deadline_s:
                 raise WorkloadError(

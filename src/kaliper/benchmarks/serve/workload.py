@@ -64,7 +64,9 @@ def _backend(config: ServeConfig, stack: contextlib.ExitStack, extra: dict[str, 
 
         return CnnBackend(config)
     if config.sut == "builtin-transformer":
-        raise WorkloadError("sut builtin-transformer: the built-in transformer model is not in this build yet")
+        raise WorkloadError(
+            "sut builtin-transformer: the built-in transformer model is not in this build yet"
+        )
     from kaliper.benchmarks.serve.backends import HttpBackend
 
     if config.command:
@@ -76,13 +78,19 @@ def _backend(config: ServeConfig, stack: contextlib.ExitStack, extra: dict[str, 
         stack.callback(lambda: facts.update(exit_code=started[0].process.returncode) if started else None)
         server = stack.enter_context(
             running_server(
-                config.command, config.ready_url, config.url, config.startup_deadline_ns / 1e9, logs / "server.log"
+                config.command,
+                config.ready_url,
+                config.url,
+                config.startup_deadline_ns / 1e9,
+                logs / "server.log",
             )
         )
         started.append(server)
         facts |= {"pid": server.pid, "ready_s": round(time.monotonic() - began, 3)}
     elif not port_open(config.url, 5.0):
-        raise WorkloadError(f"the server at {config.url} is unreachable (nothing accepts connections on its port)")
+        raise WorkloadError(
+            f"the server at {config.url} is unreachable (nothing accepts connections on its port)"
+        )
     return HttpBackend(config)
 
 
@@ -111,7 +119,10 @@ def _measurement(
     )
     metrics = {
         "latency": MetricDef(
-            "ms", "less_is_better", "LoadGen's latency: completion − scheduled issue", from_ns=lambda ns: ns / 1e6
+            "ms",
+            "less_is_better",
+            "LoadGen's latency: completion − scheduled issue",
+            from_ns=lambda ns: ns / 1e6,
         )
     }
     values = log.values

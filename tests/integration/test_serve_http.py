@@ -224,3 +224,25 @@ def test_sigterm_to_the_workload_stops_the_server_it_started(tmp_path: Path) -> 
     while not _gone(server_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _gone(server_pid)
+
+
+@pytest.mark.parametrize("scenario", ["SingleStream", "MultiStream", "Server", "Offline"])
+def test_every_scenario_gives_loadgens_throughput_and_every_samples_latency(scenario: str) -> None:
+    given = {
+        "sut": "null",
+        "scenario": scenario,
+        "min_duration": "300ms",
+        "min_query_count": 16,
+        "target_qps": 200,
+        "latency_bound": "50ms",
+        "samples_per_query": 4,
+    }
+    m = run(PARAMS.resolve(given, "serve", "params"), RULE)
+    result = m.derived["loadgen"]["result"]
+    if scenario == "MultiStream":  # its figure is the per-query latency; LoadGen logs no throughput
+        assert m.derived["achieved_qps"] is None
+    else:
+        assert m.derived["achieved_qps"] is not None and m.derived["achieved_qps"] > 0
+    assert result["result_max_latency_ns"] == max(m.samples.timed_ns)
+    assert result["result_min_latency_ns"] == min(m.samples.timed_ns)
+    assert m.derived["loadgen"]["settings"]["scenario"] == scenario

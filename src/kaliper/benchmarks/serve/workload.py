@@ -44,6 +44,23 @@ def loadgen_percentile(values: list[int], percentile: float) -> int:
     return ordered[min(len(ordered) - 1, int(percentile * len(ordered)))]
 
 
+# LoadGen names its throughput per scenario: Server, Offline, SingleStream/MultiStream.
+_THROUGHPUT_KEYS = (
+    "result_completed_samples_per_sec",
+    "result_samples_per_second",
+    "result_qps_with_loadgen_overhead",
+)
+
+
+def achieved_qps(values: dict[str, Any]) -> float | None:
+    """LoadGen's completed samples per second, whichever key the scenario logs it under."""
+    for key in _THROUGHPUT_KEYS:
+        value = values.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
 def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
     config = serve_config(params)
     started = datetime.now(UTC)
@@ -126,7 +143,7 @@ def _measurement(
         )
     }
     values = log.values
-    achieved = values.get("result_completed_samples_per_sec")
+    achieved = achieved_qps(values)
     derived: dict[str, Any] = {
         "scenario": config.scenario,
         "sut": config.sut,
@@ -200,11 +217,13 @@ def _token_metrics(
         )
     else:
         derived["tpot_note"] = "left out: some answers had fewer than 2 tokens"
-    derived["output_tokens_per_s"] = values.get("result_completed_tokens_per_second")
+    derived["output_tokens_per_s"] = values.get(
+        "result_completed_tokens_per_second", values.get("result_tokens_per_second")
+    )
     derived["output_tokens"] = sum(counts)
     derived["ttft_slo_ms"] = None if config.ttft_slo_ns is None else config.ttft_slo_ns / 1e6
     derived["tpot_slo_ms"] = None if config.tpot_slo_ns is None else config.tpot_slo_ns / 1e6
-    achieved = values.get("result_completed_samples_per_sec")
+    achieved = achieved_qps(values)
     if (config.ttft_slo_ns or config.tpot_slo_ns) and achieved:
         good = 0
         for i, first in enumerate(ttft):

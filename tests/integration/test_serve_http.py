@@ -11,6 +11,7 @@ client may see the bytes first) and its median <= 2 ms, with the delays themselv
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -180,7 +181,8 @@ def test_server_that_dies_mid_run_fails_the_run_and_is_stopped() -> None:
     assert _gone(m.derived["server"]["pid"])
 
 
-def test_sigterm_to_the_workload_stops_the_server_it_started(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_workload_stops_the_server_it_started(tmp_path: Path, stop: signal.Signals) -> None:
     port = free_port()
     argv = [
         sys.executable,
@@ -216,10 +218,10 @@ def test_sigterm_to_the_workload_stops_the_server_it_started(tmp_path: Path) -> 
         time.sleep(0.2)
     assert server_pid is not None, "the server never came up"
     time.sleep(1.0)  # LoadGen is running
-    workload.send_signal(signal.SIGTERM)
+    workload.send_signal(stop)
     _, err = workload.communicate(timeout=30)
     assert workload.returncode != 0
-    assert b"SIGTERM" in err
+    assert stop.name.encode() in err
     deadline = time.monotonic() + 10
     while not _gone(server_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -246,3 +248,24 @@ def test_every_scenario_gives_loadgens_throughput_and_every_samples_latency(scen
     assert result["result_max_latency_ns"] == max(m.samples.timed_ns)
     assert result["result_min_latency_ns"] == min(m.samples.timed_ns)
     assert m.derived["loadgen"]["settings"]["scenario"] == scenario
+
+
+def test_kaliper_run_against_an_unreachable_server_fails_the_run_and_writes_the_report(
+    tmp_path: Path, kaliper: Any
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: serve-unreachable\n"
+        "workload:\n  name: serve\n  framework: numpy\n"
+        f"  params: {{sut: http, url: 'http://127.0.0.1:{free_port()}/v1/completions', min_duration: 1s}}\n"
+        "repetitions: 1\n"
+        "job: {kind: PyTorchJob, replicas: {Master: 1}, image: ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0, timeout: 5m}\n"
+        f"storage: file://{tmp_path}/results\n"
+    )
+    done = kaliper("run", str(spec))
+    assert done.returncode != 0
+    (record_path,) = (tmp_path / "results").glob("experiments/*/trials/*/runs/0/master-0.json")
+    record = json.loads(record_path.read_text())
+    assert record["status"] == "failed" and "unreachable" in record["error"]
+    (report,) = (tmp_path / "results").glob("experiments/*/report/report.md")
+    assert "failed" in report.read_text()

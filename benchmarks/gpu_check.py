@@ -5,7 +5,8 @@ verdicts right there?
 
 What it runs (each case a real `kaliper run` of a generated spec, in its own storage under --out):
 
-1. quiet: pi-matmul 8192 bf16 and float32, cnn-train (ResNet-50, batch 64, bf16), and trace-replay of a
+1. quiet: pi-matmul 8192 bf16 and float32, cnn-train (ResNet-50, batch 64, bf16), transformer-train and
+   transformer-infer (a GPT-2-small-shaped decoder, bf16: TRANSFORMER below), and trace-replay of a
    ResNet-50 training step recorded first with `kaliper trace record`, nothing else on the GPU;
 2. neighbour: the same pi-matmul bf16 beside a second process running bf16 8192³ matmuls on the same GPU
    (started before, stopped after, always);
@@ -18,7 +19,9 @@ What it runs (each case a real `kaliper run` of a generated spec, in its own sto
 It prints one table: Kaliper vs plain loop (ratio), false flags among the quiet runs (contended or
 throttled with no neighbour), neighbour runs flagged with a GPU reason ("another process on GPU ..."),
 telemetry present (resources.json `gpu` block with energy and clock-event seconds; hardware.gpus[] with
-driver and power limit), and the sampling overhead. Exit 0 when every line meets its goal: ratio within
+driver and power limit), the sampling overhead, and the transformer workloads' MFU: `pct_of_peak`
+(train: model FLOPs 6·N·T + 12·L·d·s·T per step; infer: the prefill's) with the peak row the record
+names (`derived.peak`: model, precision, TFLOP/s, datasheet); its goal is that the record has both. Exit 0 when every line meets its goal: ratio within
 ±2%, ≤ 5% false flags, every neighbour run flagged by a GPU reason, telemetry in every run, overhead
 ≤ 0.5%.
 
@@ -76,6 +79,23 @@ PLAIN = textwrap.dedent(
     print(json.dumps({"tflops": statistics.median(rates)}))
     """
 )
+
+
+# GPT-2 small's shape (124 M parameters), bf16: about 14 TFLOP per training step of 16 × 1024 tokens,
+# tens of ms on an H100/H200, so a run's 8 s of samples is hundreds of steps; `--device cpu` shrinks it.
+TRANSFORMER = {"layers": 12, "d_model": 768, "heads": 12, "vocab": 50304, "precision": "bf16", "threads": 0}
+TRANSFORMER_TRAIN = {"seq_len": 1024, "batch_size": 16}
+TRANSFORMER_INFER = {"batch_size": 16, "prompt_len": 512, "output_len": 128}
+TRANSFORMER_CPU = {
+    "layers": 2,
+    "d_model": 64,
+    "heads": 2,
+    "vocab": 512,
+    "seq_len": 64,
+    "batch_size": 2,
+    "prompt_len": 16,
+    "output_len": 8,
+}
 
 
 def spec(name: str, workload: str, params: dict[str, Any], repetitions: int, storage: Path) -> str:
@@ -151,6 +171,63 @@ def runs(storage: Path) -> list[dict[str, Any]]:
     return found
 
 
+def _median_of(metrics: dict[str, Any], name: str) -> float | None:
+    values = (metrics.get(name) or {}).get("values")
+    return statistics.median(values) if values else None
+
+
+def mfu(storage: Path, rate: str) -> list[tuple[float | None, float | None, dict[str, Any] | None, str]]:
+    """Per run of a transformer workload: median pct_of_peak, median `rate`, the peak row (or None) and
+    the note on a missing peak."""
+    found = []
+    for path in sorted(storage.glob("experiments/*/trials/*/runs/*/master-0.json")):
+        record = json.loads(path.read_text())
+        metrics, derived = record.get("metrics") or {}, record.get("derived") or {}
+        found.append(
+            (
+                _median_of(metrics, "pct_of_peak"),
+                _median_of(metrics, rate),
+                derived.get("peak"),
+                str(derived.get("peak_note", "")),
+            )
+        )
+    return found
+
+
+def transformer_lines(
+    folder: Path, device: str, reps: int, quiet: list[dict[str, Any]]
+) -> list[tuple[str, str, bool]]:
+    """transformer-train and transformer-infer, bf16: MFU and the peak row each record used."""
+    lines = []
+    for workload, extra, rate, unit in (
+        ("transformer-train", TRANSFORMER_TRAIN, "tokens_per_s", "tokens/s"),
+        ("transformer-infer", TRANSFORMER_INFER, "decode_tokens_per_s", "decode tokens/s"),
+    ):
+        params = {**TRANSFORMER, **extra, "device": device}
+        if device == "cpu":
+            params.update({k: v for k, v in TRANSFORMER_CPU.items() if k in params})
+        storage = kaliper_run(folder, workload, spec(workload, workload, params, reps, folder / workload))
+        quiet += runs(storage)
+        got = mfu(storage, rate)
+        pcts = [p for p, _, _, _ in got if p is not None]
+        rates = [r for _, r, _, _ in got if r is not None]
+        row = next((peak for _, _, peak, _ in got if peak), None)
+        what = "MFU (prefill)" if workload == "transformer-infer" else "MFU"
+        if row:
+            figure = (
+                f"{statistics.median(pcts):.1f}% of {row['model']} {row['precision']} "
+                f"{row['flops'] / 1e12:g} TFLOP/s ({row['basis']}; {row['source']})"
+            )
+        else:
+            figure = "no peak: " + (got[0][3] if got else "no record")
+        if rates:
+            figure += f"; median {statistics.median(rates):,.0f} {unit}"
+        lines.append(
+            (f"{workload} bf16: {what}", figure, bool(got) and len(pcts) == len(got) and row is not None)
+        )
+    return lines
+
+
 def neighbour(seconds: float, n: int, device: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", NEIGHBOUR, str(seconds), str(n), device], stdout=subprocess.PIPE, text=True
@@ -188,7 +265,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repetitions", type=int, default=4)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--skip", default="", help="comma-separated: cnn,trace,overhead")
+    parser.add_argument("--skip", default="", help="comma-separated: cnn,transformer,trace,overhead")
     parser.add_argument("--size", type=int, default=8192, help="pi-matmul's matrix size")
     parser.add_argument(
         "--device",
@@ -249,6 +326,7 @@ def main() -> int:
         quiet += runs(
             kaliper_run(folder, "cnn", spec("cnn-train-gpu", "cnn-train", cnn, reps, folder / "cnn"))
         )
+    transformer = [] if "transformer" in skip else transformer_lines(folder, args.device, reps, quiet)
     if "trace" not in skip:
         traces = folder / "trace-storage"
         subprocess.run(
@@ -274,6 +352,7 @@ def main() -> int:
         kaliper_run(folder, "trace", spec("trace-replay-gpu", "trace-replay", replay, reps, traces))
         quiet += runs(traces)  # the replays are stored beside the trace they replay
 
+    lines += transformer
     flagged = [r for r in quiet if r["verdict"] == "contended"]
     share = len(flagged) / max(len(quiet), 1)
     lines.append(

@@ -7,11 +7,11 @@ never imports torch or tensorflow.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kaliper.benchmarks.params import Param, ParamSet, ParamValue
+from kaliper.benchmarks.params import Param, ParamSet
 from kaliper.benchmarks.serve import config as serve_config
 from kaliper.errors import ParameterError
 from kaliper.trace import MALLOC_ENV
@@ -38,8 +38,6 @@ class WorkloadDef:
     # Set in the job's containers (a cluster's pods and local replicas alike), under a stack's own env:
     # what the workload's processes need from start-up (trace-replay: glibc malloc as when recorded).
     env: tuple[tuple[str, str], ...] = ()
-    # Checks across parameters (a trial's full set; ParameterError naming one), run when trials are made.
-    check: Callable[[dict[str, ParamValue], str], None] | None = None
 
     def implementation_target(self, framework: str, where: str = "framework") -> str:
         """`module:function` of the implementation for `framework`, without importing it."""
@@ -194,6 +192,100 @@ CNN_INFER = WorkloadDef(
     version="1",
 )
 
+# The GPT decoder of kaliper.benchmarks.transformer; defaults: a 4-layer, 256-wide model (5.3 M parameters
+# with the tied 8192-token embedding) that trains at a few steps per second on a few CPU cores.
+_TRANSFORMER_MODEL = (
+    Param("layers", int, 4, "L: decoder blocks", minimum=1, maximum=1024),
+    Param("d_model", int, 256, "d: model width (a multiple of heads)", minimum=8, maximum=65536),
+    Param("heads", int, 4, "attention heads (head size = d_model / heads)", minimum=1, maximum=1024),
+    Param(
+        "vocab",
+        int,
+        8192,
+        "V: vocabulary size (synthetic token ids are drawn from it)",
+        minimum=2,
+        maximum=1_048_576,
+    ),
+)
+_TRANSFORMER_RUN = (
+    Param(
+        "precision",
+        str,
+        "fp32",
+        "fp32, bf16 autocast, or fp16 autocast (training: with a GradScaler)",
+        choices=("fp32", "bf16", "fp16"),
+    ),
+    Param(
+        "compile",
+        str,
+        "none",
+        "torch.compile mode: none (eager), default or max-autotune; compile time is recorded apart "
+        "(derived.compile_s), never in a sample",
+        choices=("none", "default", "max-autotune"),
+    ),
+    COMMON_DEVICE,
+    COMMON_THREADS,
+)
+
+
+def _heads_divide_width(values: Mapping[str, Any], where: str) -> None:
+    d_model, heads = int(values["d_model"]), int(values["heads"])
+    if d_model % heads:
+        raise ParameterError(
+            f"{where}.d_model: expected a multiple of heads={heads} (attention splits d_model into heads), "
+            f"found {d_model}"
+        )
+
+
+TRANSFORMER_TRAIN = WorkloadDef(
+    name="transformer-train",
+    summary="GPT-style decoder training steps (AdamW, synthetic tokens); tokens/s per replica and in "
+    "total, MFU = 6·N·T + 12·L·d·s·T FLOPs / step time against the device's peak",
+    params=ParamSet(
+        (
+            *_TRANSFORMER_MODEL,
+            Param(
+                "seq_len",
+                int,
+                256,
+                "s: tokens per sequence (the model's context)",
+                minimum=1,
+                maximum=1_048_576,
+            ),
+            Param("batch_size", int, 8, "sequences per step per replica", minimum=1),
+            *_TRANSFORMER_RUN,
+        ),
+        checks=(_heads_divide_width,),
+    ),
+    implementations={"pytorch": "kaliper.benchmarks.transformer.train:run"},
+    version="1",
+)
+
+TRANSFORMER_INFER = WorkloadDef(
+    name="transformer-infer",
+    summary="GPT-style decoder greedy generation with a KV cache; prefill tokens/s and time to first "
+    "token, decode tokens/s and time per output token",
+    params=ParamSet(
+        (
+            *_TRANSFORMER_MODEL,
+            Param("batch_size", int, 8, "sequences generated together", minimum=1),
+            Param("prompt_len", int, 128, "p: prompt tokens (prefill)", minimum=1, maximum=1_048_576),
+            Param(
+                "output_len",
+                int,
+                128,
+                "tokens generated per sequence: the first by the prefill, the rest by decode steps",
+                minimum=2,
+                maximum=1_048_576,
+            ),
+            *_TRANSFORMER_RUN,
+        ),
+        checks=(_heads_divide_width,),
+    ),
+    implementations={"pytorch": "kaliper.benchmarks.transformer.infer:run"},
+    version="1",
+)
+
 TRACE_REPLAY = WorkloadDef(
     name="trace-replay",
     summary="replay a recorded PyTorch execution trace's operators (Mystique); ms per replayed iteration, "
@@ -235,11 +327,21 @@ SERVE = WorkloadDef(
         "numpy": "kaliper.benchmarks.serve.workload:run",
     },
     version="1",
-    check=serve_config.check,
 )
 
 WORKLOADS: dict[str, WorkloadDef] = {
-    w.name: w for w in (PI_MATMUL, PI_CONV2D, PI_IMPORT, CNN_TRAIN, CNN_INFER, TRACE_REPLAY, SERVE)
+    w.name: w
+    for w in (
+        PI_MATMUL,
+        PI_CONV2D,
+        PI_IMPORT,
+        CNN_TRAIN,
+        CNN_INFER,
+        TRANSFORMER_TRAIN,
+        TRANSFORMER_INFER,
+        TRACE_REPLAY,
+        SERVE,
+    )
 }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -117,6 +117,9 @@ class ParamSet:
     """The declared parameters of one workload, in declaration order."""
 
     params: tuple[Param, ...] = field(default_factory=tuple)
+    # Rules between parameters (d_model a multiple of heads): each gets the complete resolved values and
+    # `where`, and raises ParameterError naming the field; run when a resolution is complete.
+    checks: tuple[Callable[[Mapping[str, ParamValue], str], None], ...] = ()
 
     def names(self) -> list[str]:
         return [p.name for p in self.params]
@@ -148,4 +151,6 @@ class ParamSet:
                     f"{where}.{param.name}: workload {workload} requires parameter {param.name!r} "
                     f"({param.help}); found none"
                 )
+            for check in self.checks:
+                check(resolved, where)
         return resolved

@@ -85,10 +85,7 @@ def _trial_params(spec: BenchmarkSpec, point: dict[str, Any]) -> dict[str, Any]:
     if spec.workload.name is None:
         return given
     definition = get_workload(spec.workload.name)
-    resolved = definition.params.resolve(given, definition.name, "params")
-    if definition.check is not None:
-        definition.check(resolved, "params")
-    return resolved
+    return definition.params.resolve(given, definition.name, "params")
 
 
 def configure(

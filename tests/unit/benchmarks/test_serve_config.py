@@ -56,6 +56,6 @@ def test_command_is_an_argv_list_never_a_shell_string() -> None:
 
 def test_the_catalog_checks_a_trial_with_the_serve_rules() -> None:
     definition = get_workload("serve")
-    assert definition.check is not None
     with pytest.raises(ParameterError, match=r"params\.url"):
-        definition.check(definition.params.resolve({"sut": "http"}, "serve", "params"), "params")
+        definition.params.resolve({"sut": "http"}, "serve", "params")
+    definition.params.resolve({"sut": "http"}, "serve", "params", complete=False)  # the matrix may give it

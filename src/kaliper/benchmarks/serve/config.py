@@ -123,7 +123,8 @@ PARAMS = ParamSet(
         ),
         Param("device", str, "cpu", "builtin: where the model runs", choices=("cpu", "cuda")),
         Param("threads", int, 0, "builtin: intra-op threads; 0 = the CPUs this process may use", minimum=0),
-    )
+    ),
+    checks=(lambda params, where: check(params, where),),
 )
 
 
@@ -256,5 +257,5 @@ def serve_config(params: Mapping[str, ParamValue], where: str = "params") -> Ser
 
 
 def check(params: Mapping[str, ParamValue], where: str) -> None:
-    """The catalog's cross-parameter check: a spec fails before anything runs (exit 2)."""
+    """PARAMS' rule between parameters (ParamSet.checks): a trial fails before anything runs (exit 2)."""
     serve_config(params, where)

@@ -38,7 +38,6 @@ def test_times_need_a_unit() -> None:
             {"sut": "http", "url": "http://127.0.0.1:1/", "api": "json", "payload": "{not json"},
             "params.payload",
         ),
-        ({"sut": "builtin-transformer"}, "params.sut"),
     ],
 )
 def test_inconsistent_parameters_name_the_field(given: dict[str, Any], field: str) -> None:

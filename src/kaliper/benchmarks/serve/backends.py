@@ -84,3 +84,81 @@ class CnnBackend:
 
     def worker_done(self) -> None:
         return None
+
+
+# The built-in transformer's shape when serving: small enough for a CPU to answer a few requests per second.
+GPT_SHAPE = {"layers": 2, "d_model": 128, "heads": 4, "vocab": 512}
+PROMPT_TOKENS = 32
+
+
+class TransformerGenerator:
+    """Greedy generation by transformer-infer's GPT decoder (kaliper.benchmarks.transformer.model), seeded
+    weights, a KV cache per request; one generation at a time (a lock: torch spreads one over its
+    threads). `generate` calls `on_token(token_id)` as each token is produced: the first after the
+    prefill, which is the real first-token event."""
+
+    def __init__(self, max_tokens: int, threads: int = 0, device: str = "cpu") -> None:
+        import torch
+
+        from kaliper.benchmarks.torch_support import device_and_sync, torch_threads
+        from kaliper.benchmarks.transformer.model import GPT, GPTConfig, count_parameters
+
+        self.threads = torch_threads(threads)
+        self.device, self.sync = device_and_sync(device)
+        self.config = GPTConfig(context=PROMPT_TOKENS + max_tokens, **GPT_SHAPE)
+        torch.manual_seed(IMAGE_SEED)
+        self.model: Any = GPT(self.config).to(self.device).eval()
+        self.parameters = count_parameters(self.model)
+        self.max_tokens = max_tokens
+        self._lock = threading.Lock()
+        self._torch = torch
+
+    def prompt(self, index: int) -> Any:
+        generator = self._torch.Generator().manual_seed(index)
+        return self._torch.randint(0, self.config.vocab, (1, PROMPT_TOKENS), generator=generator)
+
+    def generate(self, prompt: Any, tokens: int, on_token: Callable[[int], None]) -> int:
+        from kaliper.benchmarks.transformer.model import KVCache
+
+        torch = self._torch
+        tokens = max(1, min(tokens, self.max_tokens))
+        with self._lock, torch.inference_mode():
+            cache = KVCache(self.config, 1, self.config.context, self.device, torch.float32)
+            prompt = prompt.to(self.device)
+            length = int(prompt.shape[1])
+            token = self.model(prompt, cache, 0, last_only=True).argmax(dim=-1)
+            on_token(int(token.item()))  # .item() waits for the device
+            for i in range(tokens - 1):
+                token = self.model(token, cache, length + i).argmax(dim=-1)
+                on_token(int(token.item()))
+        return tokens
+
+
+class TransformerBackend:
+    """The built-in transformer answering each sample with `max_tokens` greedy tokens after a
+    PROMPT_TOKENS-token prompt (seeded by the sample's index); TTFT is the prefill + first argmax."""
+
+    batch_size = 1
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.generator = TransformerGenerator(config.max_tokens, config.threads, config.device)
+        self.threads = self.generator.threads
+        self.parameters = self.generator.parameters
+        self.prompts = [self.generator.prompt(i) for i in range(config.sample_count)]
+        self.max_tokens = config.max_tokens
+
+    def process(self, indices: list[int], first_token: Callable[[int], None]) -> list[int]:
+        counts = []
+        for position, index in enumerate(indices):
+            seen = [0]
+
+            def on_token(token: int, position: int = position, seen: list[int] = seen) -> None:
+                if seen[0] == 0:
+                    first_token(position)
+                seen[0] += 1
+
+            counts.append(self.generator.generate(self.prompts[index], self.max_tokens, on_token))
+        return counts
+
+    def worker_done(self) -> None:
+        return None

@@ -98,7 +98,13 @@ PARAMS = ParamSet(
         ),
         Param("api", str, "openai-completions", "http: the request and response shape", choices=APIS),
         Param("model", str, "", "http (openai): the `model` field of each request"),
-        Param("max_tokens", int, 16, "http (openai): tokens to generate per request", minimum=1),
+        Param(
+            "max_tokens",
+            int,
+            16,
+            "http (openai), builtin-transformer: tokens to generate per request",
+            minimum=1,
+        ),
         Param("stream", bool, True, "http (openai): stream the answer (SSE), measuring TTFT and TPOT"),
         Param("prompt", str, "Tell me about benchmarks.", "http: the prompt (openai) of every request"),
         Param("payload", str, "", 'http (json): the JSON body POSTed as is; empty = {"input": prompt}'),
@@ -198,11 +204,6 @@ def serve_config(params: Mapping[str, ParamValue], where: str = "params") -> Ser
             _http_url(str(p["ready_url"]), f"{where}.ready_url")
             if not command:
                 raise ParameterError(f"{where}.ready_url: only used with `command` (a server Kaliper starts)")
-    elif sut == "builtin-transformer":
-        # TODO(transformer): serve kaliper.benchmarks.transformer.model once that branch is merged.
-        raise ParameterError(
-            f"{where}.sut: builtin-transformer is not in this build yet (use http or builtin-cnn)"
-        )
     elif url or command:
         name = "url" if url else "command"
         raise ParameterError(f"{where}.{name}: only used with sut http, found sut {sut}")

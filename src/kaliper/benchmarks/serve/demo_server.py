@@ -2,10 +2,10 @@
 `python -m kaliper.benchmarks.serve.demo_server --port 8000`.
 
 It serves POST /v1/completions and /v1/chat/completions (streamed as server-sent events, or whole) and
-GET /health. The model is a tiny next-token network in numpy (an embedding, one tanh layer, a softmax
-over a 64-word vocabulary; fixed seeded weights, greedy decoding): each token costs real arithmetic, not
-a sleep. `--token-delay-ms` adds a fixed pause per token for a slower model's pace.
-TODO(transformer): serve kaliper.benchmarks.transformer's model when that workload is merged.
+GET /health. The model (`--model`) is the built-in transformer (transformer-infer's GPT decoder, 2 layers,
+d_model 128, seeded weights, greedy decoding with a KV cache; needs torch), or `tiny`: a next-token
+network in numpy (an embedding, one tanh layer, a 64-word vocabulary). Each token costs real
+arithmetic, not a sleep; `--token-delay-ms` adds a fixed pause per token for a slower model's pace.
 
 Bound to 127.0.0.1 unless --host says otherwise.
 """
@@ -111,6 +111,35 @@ class TinyModel:
             yield VOCAB[token]
 
 
+class TransformerModel:
+    """The built-in transformer (transformer-infer's GPT decoder, seeded weights: see
+    kaliper.benchmarks.serve.backends.TransformerGenerator's shape) generating greedily with a KV cache;
+    the prompt's bytes are its token ids. One generation at a time."""
+
+    def __init__(self, max_tokens: int = 512) -> None:
+        from kaliper.benchmarks.serve.backends import TransformerGenerator
+
+        self.engine = TransformerGenerator(max_tokens, threads=1)
+        self.lock = threading.Lock()
+
+    def generate(self, prompt: str, max_tokens: int) -> Any:
+        from kaliper.benchmarks.serve.backends import PROMPT_TOKENS
+        from kaliper.benchmarks.transformer.model import KVCache
+
+        engine, torch = self.engine, self.engine._torch
+        vocab = engine.config.vocab
+        ids = ([b % vocab for b in prompt.encode()] or [0])[-PROMPT_TOKENS:]
+        tokens = torch.tensor([ids])
+        count = max(1, min(max_tokens, engine.max_tokens))
+        with self.lock, torch.inference_mode():
+            cache = KVCache(engine.config, 1, engine.config.context, engine.device, torch.float32)
+            token = engine.model(tokens, cache, 0, last_only=True).argmax(dim=-1)
+            yield f"t{int(token.item())}"
+            for i in range(count - 1):
+                token = engine.model(token, cache, len(ids) + i).argmax(dim=-1)
+                yield f"t{int(token.item())}"
+
+
 class Handler(BaseHTTPRequestHandler):
     server: DemoServer
     protocol_version = "HTTP/1.1"
@@ -208,11 +237,13 @@ class Handler(BaseHTTPRequestHandler):
 class DemoServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, host: str, port: int, token_delay_s: float, model_name: str = "kaliper-tiny") -> None:
+    def __init__(self, host: str, port: int, token_delay_s: float, model: str = "transformer") -> None:
         super().__init__((host, port), Handler)
-        self.model = TinyModel()
+        self.model: TinyModel | TransformerModel = (
+            TransformerModel() if model == "transformer" else TinyModel()
+        )
         self.token_delay_s = token_delay_s
-        self.model_name = model_name
+        self.model_name = f"kaliper-{model}"
         self.lock = threading.Lock()
 
 
@@ -221,8 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--token-delay-ms", type=float, default=0.0, help="pause per generated token")
+    parser.add_argument(
+        "--model",
+        choices=("transformer", "tiny"),
+        default="transformer",
+        help="the built-in transformer (needs torch) or a tiny numpy model",
+    )
     args = parser.parse_args(argv)
-    server = DemoServer(args.host, args.port, args.token_delay_ms / 1000)
+    server = DemoServer(args.host, args.port, args.token_delay_ms / 1000, args.model)
     print(f"serving on http://{args.host}:{server.server_address[1]}", flush=True)
     try:
         server.serve_forever()

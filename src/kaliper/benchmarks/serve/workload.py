@@ -81,9 +81,9 @@ def _backend(config: ServeConfig, stack: contextlib.ExitStack, extra: dict[str, 
 
         return CnnBackend(config)
     if config.sut == "builtin-transformer":
-        raise WorkloadError(
-            "sut builtin-transformer: the built-in transformer model is not in this build yet"
-        )
+        from kaliper.benchmarks.serve.backends import TransformerBackend
+
+        return TransformerBackend(config)
     from kaliper.benchmarks.serve.backends import HttpBackend
 
     if config.command:

@@ -30,6 +30,7 @@ import pytest
 from kaliper.benchmarks.serve.backends import HttpBackend
 from kaliper.benchmarks.serve.config import PARAMS, serve_config
 from kaliper.benchmarks.serve.loadgen_run import run_loadgen
+from kaliper.benchmarks.serve.server_process import http_ready
 from kaliper.benchmarks.serve.workload import _measurement, loadgen_percentile, run
 from kaliper.errors import WorkloadError
 from kaliper.metrics.sampling import SamplingRule
@@ -132,7 +133,7 @@ def test_unreachable_server_fails_at_once() -> None:
 
 
 def _demo(port: int) -> str:
-    return f"{sys.executable} -m kaliper.benchmarks.serve.demo_server --port {port} --token-delay-ms 1"
+    return f"{sys.executable} -m kaliper.benchmarks.serve.demo_server --port {port} --model tiny --token-delay-ms 1"
 
 
 def _gone(pid: int) -> bool:
@@ -152,9 +153,7 @@ def test_server_that_dies_mid_run_fails_the_run_and_is_stopped() -> None:
             found = [
                 p for p in psutil.Process().children(recursive=True) if "demo_server" in " ".join(p.cmdline())
             ]
-            with socket.socket() as s:
-                ready = s.connect_ex(("127.0.0.1", port)) == 0
-            if found and ready:
+            if found and http_ready(f"http://127.0.0.1:{port}/health"):
                 time.sleep(1.0)
                 found[0].kill()
                 return

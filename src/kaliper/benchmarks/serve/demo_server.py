@@ -238,10 +238,11 @@ class DemoServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, host: str, port: int, token_delay_s: float, model: str = "transformer") -> None:
-        super().__init__((host, port), Handler)
+        # The model first: once the port accepts connections, the server answers.
         self.model: TinyModel | TransformerModel = (
             TransformerModel() if model == "transformer" else TinyModel()
         )
+        super().__init__((host, port), Handler)
         self.token_delay_s = token_delay_s
         self.model_name = f"kaliper-{model}"
         self.lock = threading.Lock()

@@ -52,6 +52,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.serial  # judges timing against a quiet machine
 def test_ttft_tpot_latency_equal_the_servers_own_timestamps() -> None:
     with SseServer(first_ms=(20, 40, 30), token_ms=(5, 10), tokens=8) as server:
         m = run(
@@ -125,6 +126,7 @@ def test_wrong_response_shape_fails_the_run_with_the_reason() -> None:
     assert m.failure is not None and "queries failed" in m.failure and "choices[0].text" in m.failure
 
 
+@pytest.mark.serial  # bounds wall time
 def test_unreachable_server_fails_at_once() -> None:
     began = time.monotonic()
     with pytest.raises(WorkloadError, match="unreachable"):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kaliper.benchmarks.params import Param, ParamSet, ParamValue
+from kaliper.benchmarks.serve import config as serve_config
 from kaliper.benchmarks.torch_compile import MODES as COMPILE_MODES
 from kaliper.errors import ParameterError
 from kaliper.trace import MALLOC_ENV
@@ -372,6 +373,18 @@ TRACE_REPLAY = WorkloadDef(
     env=tuple(MALLOC_ENV.items()),
 )
 
+SERVE = WorkloadDef(
+    name="serve",
+    summary="MLPerf LoadGen scenarios (SingleStream, MultiStream, Server, Offline) against a built-in model "
+    "or your inference server over HTTP; LoadGen's per-query latency, its VALID/INVALID verdict, TTFT/TPOT",
+    params=serve_config.PARAMS,
+    implementations={
+        "pytorch": "kaliper.benchmarks.serve.workload:run",
+        "numpy": "kaliper.benchmarks.serve.workload:run",
+    },
+    version="1",
+)
+
 WORKLOADS: dict[str, WorkloadDef] = {
     w.name: w
     for w in (
@@ -383,6 +396,7 @@ WORKLOADS: dict[str, WorkloadDef] = {
         TRANSFORMER_TRAIN,
         TRANSFORMER_INFER,
         TRACE_REPLAY,
+        SERVE,
     )
 }
 

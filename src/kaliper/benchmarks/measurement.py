@@ -46,3 +46,6 @@ class Measurement:
     effective_params: dict[str, Any] = field(default_factory=dict)
     derived: dict[str, Any] = field(default_factory=dict)
     """Run-level figures that are not per-sample: world size, input-wait fraction, parameter sync check."""
+    failure: str | None = None
+    """Measured, but the run failed by the workload's own judgement (LoadGen's INVALID, failed queries):
+    the record keeps the samples and says failed, with this as the error."""

@@ -78,7 +78,8 @@ def build_record(
             version=f"kaliper {__version__}, {workload}/{get_workload(workload).version}",
         ),
         params={**params, **measurement.effective_params},
-        status="ok" if samples.converged else "not_converged",
+        status="failed" if measurement.failure else ("ok" if samples.converged else "not_converged"),
+        error=measurement.failure,
         timestamps=Timestamps(
             started=samples.started, warmup_done=samples.warmup_done, finished=samples.finished
         ),
@@ -107,7 +108,8 @@ def build_record(
 
 
 def run_workload(name: str, framework: str, raw_params: dict[str, str], rule: SamplingRule) -> int:
-    """Measure and store one record; the exit code is 0 when measured (converged or not), 1 on failure."""
+    """Measure and store one record; the exit code is 0 when measured (converged or not), 1 on failure
+    (also a measured run the workload judged failed: LoadGen's INVALID)."""
     definition = get_workload(name)
     identity = RunIdentity.from_env()
     started = datetime.now(UTC)
@@ -140,4 +142,4 @@ def run_workload(name: str, framework: str, raw_params: dict[str, str], rule: Sa
         f"kaliper workload {name}: {record.status}, {headline}{count} samples; record: {where}",
         file=sys.stderr,
     )
-    return 0
+    return 1 if record.status == "failed" else 0

@@ -1,0 +1,231 @@
+"""Drive MLPerf LoadGen against a backend: its TestSettings from the spec, a SUT that hands LoadGen's
+queries to worker threads, and LoadGen's own logs read back.
+
+LoadGen alone decides when queries are issued (its scenario and schedule), how many, and whether the
+run is VALID; Kaliper only answers them. The SUT:
+- `issue_queries` (LoadGen's thread) numbers each sample in arrival order, which is LoadGen's
+  sample_seq (LoadGen issues from one thread, in sequence), and queues it; it never blocks;
+- `concurrency` workers take a sample (and up to `batch_size - 1` more already waiting: an in-process
+  model answers them in one forward pass), call the backend and report each answer to LoadGen, with
+  FirstTokenComplete at the first token when LoadGen measures token latencies;
+- a backend error completes the sample anyway (LoadGen waits for every sample it issued) and marks the
+  run failed; after the first error the rest are completed at once without calling the backend, so a
+  dead server ends the run in LoadGen's minimum duration, not in timeouts.
+
+LoadGen runs in a thread of its own so that the main thread stays responsive to SIGTERM/SIGINT (it is
+blocked in C++ otherwise, and a stopped workload must still stop the server it started).
+"""
+
+from __future__ import annotations
+
+import queue
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from kaliper.benchmarks.serve.config import ServeConfig
+from kaliper.benchmarks.serve.loadgen_logs import LoadGenLog, TraceSamples, read_detail, read_trace
+from kaliper.errors import WorkloadError
+
+
+class Backend(Protocol):
+    """What answers LoadGen's samples."""
+
+    batch_size: int
+
+    def process(self, indices: list[int], first_token: Callable[[int], None]) -> list[int]:
+        """Answer the samples (QSL indices); call first_token(position) at each one's first token
+        (or not at all: the dispatcher then reports it with the completion); return output tokens each."""
+        ...
+
+    def worker_done(self) -> None:
+        """The calling worker thread will make no more calls (close its connection)."""
+        ...
+
+
+@dataclass
+class _Issued:
+    seq: int
+    query_id: int
+    index: int
+
+
+@dataclass
+class Dispatch:
+    """What the SUT saw: tokens per sample_seq, the first error and how many samples failed."""
+
+    tokens: dict[int, int] = field(default_factory=dict)
+    first_error: str | None = None
+    failed: int = 0
+    issued: int = 0
+
+
+@dataclass(frozen=True)
+class LoadGenOutcome:
+    log: LoadGenLog
+    trace: TraceSamples
+    dispatch: Dispatch
+    settings: dict[str, Any]
+    summary_text: str
+
+
+def _settings(lg: Any, config: ServeConfig) -> tuple[Any, dict[str, Any]]:
+    """LoadGen's TestSettings for the config, and what was set (for the record)."""
+    ts = lg.TestSettings()
+    ts.scenario = getattr(lg.TestScenario, config.scenario)
+    ts.mode = lg.TestMode.PerformanceOnly
+    chosen: dict[str, Any] = {
+        "scenario": config.scenario,
+        "mode": "PerformanceOnly",
+        "min_duration_ms": config.min_duration_ns // 1_000_000,
+        "max_duration_ms": config.max_duration_ns // 1_000_000,
+        "min_query_count": config.min_query_count,
+        "qsl_rng_seed": config.seed,
+        "sample_index_rng_seed": config.seed,
+        "schedule_rng_seed": config.seed,
+    }
+    if config.scenario == "Server":
+        chosen |= {
+            "server_target_qps": config.target_qps,
+            "server_target_latency_ns": config.latency_bound_ns,
+            "server_target_latency_percentile": config.latency_percentile,
+        }
+    elif config.scenario == "Offline":
+        chosen |= {"offline_expected_qps": config.target_qps}
+    elif config.scenario == "SingleStream":
+        chosen |= {
+            "single_stream_expected_latency_ns": config.latency_bound_ns,
+            "single_stream_target_latency_percentile": config.latency_percentile,
+        }
+    else:
+        chosen |= {
+            "multi_stream_expected_latency_ns": config.latency_bound_ns,
+            "multi_stream_target_latency_percentile": config.latency_percentile,
+            "multi_stream_samples_per_query": config.samples_per_query,
+        }
+    if config.token_latencies:
+        # LoadGen's bounds on TTFT/TPOT (Server validity); without an SLO, the latency bound for both.
+        chosen |= {
+            "use_token_latencies": True,
+            "ttft_latency": config.ttft_slo_ns or config.latency_bound_ns,
+            "tpot_latency": config.tpot_slo_ns or config.latency_bound_ns,
+        }
+    for name, value in chosen.items():
+        if name not in ("scenario", "mode"):
+            setattr(ts, name, value)
+    return ts, chosen
+
+
+def run_loadgen(config: ServeConfig, backend: Backend, log_dir: Path | None = None) -> LoadGenOutcome:
+    """One LoadGen test against `backend`; LoadGen's verdict and each sample's latency."""
+    import mlperf_loadgen as lg
+
+    ts, chosen = _settings(lg, config)
+    state = Dispatch()
+    work: queue.Queue[_Issued | None] = queue.Queue()
+    lock = threading.Lock()
+    token_latencies = config.token_latencies
+
+    def issue_queries(samples: list[Any]) -> None:
+        with lock:
+            for sample in samples:
+                work.put(_Issued(state.issued, int(sample.id), int(sample.index)))
+                state.issued += 1
+
+    def answer(batch: list[_Issued]) -> None:
+        first_sent: set[int] = set()
+
+        def first_token(position: int) -> None:
+            if token_latencies and position not in first_sent:
+                first_sent.add(position)
+                lg.FirstTokenComplete([lg.QuerySampleResponse(batch[position].query_id, 0, 0)])
+
+        tokens = [0] * len(batch)
+        if state.first_error is None:
+            try:
+                tokens = backend.process([item.index for item in batch], first_token)
+            except Exception as exc:
+                with lock:
+                    state.failed += len(batch)
+                    if state.first_error is None:
+                        state.first_error = f"{type(exc).__name__}: {exc}"
+        else:
+            with lock:
+                state.failed += len(batch)
+        for position, item in enumerate(batch):
+            first_token(position)
+            state.tokens[item.seq] = tokens[position]
+        lg.QuerySamplesComplete(
+            [lg.QuerySampleResponse(item.query_id, 0, 0, tokens[i]) for i, item in enumerate(batch)]
+        )
+
+    def worker() -> None:
+        try:
+            while True:
+                item = work.get()
+                if item is None:
+                    return
+                batch = [item]
+                while len(batch) < backend.batch_size:
+                    try:
+                        more = work.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        work.put(None)
+                        break
+                    batch.append(more)
+                answer(batch)
+        finally:
+            backend.worker_done()
+
+    workers = [
+        threading.Thread(target=worker, daemon=True, name=f"sut-{i}") for i in range(config.concurrency)
+    ]
+    for thread in workers:
+        thread.start()
+    sut = lg.ConstructSUT(issue_queries, lambda: None)
+    qsl = lg.ConstructQSL(config.sample_count, config.sample_count, lambda s: None, lambda s: None)
+    owned = tempfile.TemporaryDirectory(prefix="kaliper-loadgen-") if log_dir is None else None
+    out = Path(owned.name) if owned is not None else log_dir
+    assert out is not None
+    runner: threading.Thread | None = None
+    try:
+        output = lg.LogOutputSettings()
+        output.outdir = str(out)
+        output.copy_summary_to_stdout = False
+        log_settings = lg.LogSettings()
+        log_settings.log_output = output
+        log_settings.enable_trace = True  # the only place LoadGen writes each sample's latency
+        failure: list[BaseException] = []
+
+        def test() -> None:
+            try:
+                lg.StartTestWithLogSettings(sut, qsl, ts, log_settings)
+            except BaseException as exc:  # handed to the main thread
+                failure.append(exc)
+
+        runner = threading.Thread(target=test, daemon=True, name="loadgen")
+        runner.start()
+        while runner.is_alive():
+            runner.join(0.2)  # wakes up for signals (server_process.stop_on_signals)
+        if failure:
+            raise WorkloadError(f"LoadGen failed: {failure[0]}")
+        detail = read_detail(out / "mlperf_log_detail.txt")
+        trace = read_trace(out / "mlperf_log_trace.json")
+        summary_path = out / "mlperf_log_summary.txt"
+        summary_text = summary_path.read_text(errors="replace") if summary_path.exists() else ""
+    finally:
+        for _ in workers:
+            work.put(None)
+        if runner is None or not runner.is_alive():  # interrupted: LoadGen still holds them; we exit
+            lg.DestroyQSL(qsl)
+            lg.DestroySUT(sut)
+            if owned is not None:
+                owned.cleanup()
+    for thread in workers:
+        thread.join(timeout=5)
+    return LoadGenOutcome(detail, trace, state, chosen, summary_text)

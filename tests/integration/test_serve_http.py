@@ -1,0 +1,272 @@
+"""The serve workload against real local HTTP servers, with real MLPerf LoadGen.
+
+Timing tolerance: the server stamps a request's arrival and each token's send (perf_counter_ns); LoadGen
+stamps the query's scheduled issue and the SUT's FirstTokenComplete/QuerySamplesComplete calls. Both
+clocks have ns resolution, so the difference between the two is not timer resolution but the spans only
+the client sees: LoadGen's issue delay, the request's and the answer's trip over loopback, and thread
+wake-ups. On an idle machine these are ~0.2 ms; this shared 2-core VM can stall a thread for
+milliseconds, so the per-sample difference must be >= -0.5 ms (the server stamps after its write, the
+client may see the bytes first) and its median <= 2 ms, with the delays themselves 5-40 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import psutil
+import pytest
+
+from kaliper.benchmarks.serve.backends import HttpBackend
+from kaliper.benchmarks.serve.config import PARAMS, serve_config
+from kaliper.benchmarks.serve.loadgen_run import run_loadgen
+from kaliper.benchmarks.serve.server_process import http_ready
+from kaliper.benchmarks.serve.workload import _measurement, loadgen_percentile, run
+from kaliper.errors import WorkloadError
+from kaliper.metrics.sampling import SamplingRule
+from tests.support.paths import REPO
+from tests.support.sse_server import SseServer
+
+pytest.importorskip("mlperf_loadgen")
+pytestmark = pytest.mark.slow
+RULE = SamplingRule()
+
+
+def params(**given: Any) -> dict[str, Any]:
+    return PARAMS.resolve({"sut": "http", **given}, "serve", "params")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.serial  # judges timing against a quiet machine
+def test_ttft_tpot_latency_equal_the_servers_own_timestamps() -> None:
+    with SseServer(first_ms=(20, 40, 30), token_ms=(5, 10), tokens=8) as server:
+        m = run(
+            params(
+                url=server.url,
+                scenario="SingleStream",
+                min_duration="0s",
+                min_query_count=24,
+                latency_bound="200ms",
+                concurrency=1,
+            ),
+            RULE,
+        )
+        timings = list(server.timings)
+    latency_ns = m.samples.timed_ns
+    ttft = m.metrics["ttft"].values
+    tpot = m.metrics["tpot"].values
+    assert m.derived["loadgen"]["validity"] in (
+        "VALID",
+        "INVALID",
+    )  # LoadGen judged it (small runs may be INVALID)
+    assert len(latency_ns) == len(timings) >= 24
+    # SingleStream: one query at a time, so the k-th LoadGen sample is the server's k-th request.
+    for name, ours, theirs in (
+        ("latency", [v / 1e6 for v in latency_ns], [t.latency_ns / 1e6 for t in timings]),
+        ("ttft", ttft, [t.ttft_ns / 1e6 for t in timings]),
+    ):
+        diffs = [a - b for a, b in zip(ours, theirs, strict=True)]
+        assert min(diffs) >= -0.5, (name, min(diffs))
+        assert median(diffs) <= 2.0, (name, median(diffs))
+        for p in (0.5, 0.9):
+            assert abs(loadgen_percentile(ours, p) - loadgen_percentile(theirs, p)) <= 2.0, (name, p)
+    tpot_diffs = [a - t.tpot_ns / 1e6 for a, t in zip(tpot, timings, strict=True)]
+    assert abs(median(tpot_diffs)) <= 1.0
+    # The per-sample values are LoadGen's: its summary percentiles are taken over exactly these.
+    result = m.derived["loadgen"]["result"]
+    assert loadgen_percentile(latency_ns, 0.9) == result["result_90.00_percentile_latency_ns"]
+    ttft_ns = [round(v * 1e6) for v in ttft]
+    assert (
+        abs(loadgen_percentile(ttft_ns, 0.5) - result["result_first_token_50.00_percentile_latency_ns"]) <= 1
+    )
+    assert m.derived["output_tokens"] == 8 * len(timings)
+
+
+def test_loadgen_invalid_verdict_passes_through_unchanged(tmp_path: Path) -> None:
+    with SseServer(first_ms=(15,), token_ms=(2,), tokens=3) as server:
+        config = serve_config(
+            params(
+                url=server.url,
+                scenario="Server",
+                target_qps=20,
+                latency_bound="5ms",
+                latency_percentile=0.9,
+                min_duration="1s",
+                min_query_count=20,
+            )
+        )
+        outcome = run_loadgen(config, HttpBackend(config), log_dir=tmp_path)
+    m = _measurement(config, outcome, HttpBackend(config), datetime.now(UTC), RULE, {})
+    summary = (tmp_path / "mlperf_log_summary.txt").read_text()
+    assert "Result is : INVALID" in summary
+    assert m.derived["loadgen"]["validity"] == "INVALID" and m.derived["valid"] is False
+    assert m.failure is not None and m.failure.startswith("LoadGen: INVALID")
+    assert "performance constraints not satisfied" in m.failure
+    assert "Reduce target QPS" in " ".join(m.derived["loadgen"]["invalid_reasons"])  # LoadGen's own words
+
+
+def test_wrong_response_shape_fails_the_run_with_the_reason() -> None:
+    with SseServer(first_ms=(1,), token_ms=(1,), tokens=2, mode="wrong_shape") as server:
+        m = run(params(url=server.url, scenario="SingleStream", min_duration="0s", min_query_count=5), RULE)
+    assert m.failure is not None and "queries failed" in m.failure and "choices[0].text" in m.failure
+
+
+@pytest.mark.serial  # bounds wall time
+def test_unreachable_server_fails_at_once() -> None:
+    began = time.monotonic()
+    with pytest.raises(WorkloadError, match="unreachable"):
+        run(params(url=f"http://127.0.0.1:{free_port()}/v1/completions", min_duration="5s"), RULE)
+    assert time.monotonic() - began < 15
+
+
+def _demo(port: int) -> str:
+    return f"{sys.executable} -m kaliper.benchmarks.serve.demo_server --port {port} --model tiny --token-delay-ms 1"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_server_that_dies_mid_run_fails_the_run_and_is_stopped() -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1/completions"
+
+    def kill_server_soon() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            found = [
+                p for p in psutil.Process().children(recursive=True) if "demo_server" in " ".join(p.cmdline())
+            ]
+            if found and http_ready(f"http://127.0.0.1:{port}/health"):
+                time.sleep(1.0)
+                found[0].kill()
+                return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_server_soon)
+    killer.start()
+    m = run(
+        params(
+            url=url,
+            command=_demo(port),
+            ready_url=f"http://127.0.0.1:{port}/health",
+            scenario="Server",
+            target_qps=20,
+            latency_bound="1s",
+            latency_percentile=0.9,
+            min_duration="3s",
+            min_query_count=10,
+        ),
+        RULE,
+    )
+    killer.join()
+    assert m.failure is not None and "queries failed" in m.failure
+    assert _gone(m.derived["server"]["pid"])
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_workload_stops_the_server_it_started(tmp_path: Path, stop: signal.Signals) -> None:
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "kaliper",
+        "workload",
+        "serve",
+        "--param",
+        "sut=http",
+        "--param",
+        f"url=http://127.0.0.1:{port}/v1/completions",
+        "--param",
+        f"command={_demo(port)}",
+        "--param",
+        "min_duration=60s",
+        "--param",
+        "scenario=Server",
+        "--param",
+        "target_qps=5",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    workload = subprocess.Popen(
+        argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    server_pid = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and server_pid is None:
+        for child in psutil.Process(workload.pid).children(recursive=True):
+            if "demo_server" in " ".join(child.cmdline()):
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                        server_pid = child.pid
+        time.sleep(0.2)
+    assert server_pid is not None, "the server never came up"
+    time.sleep(1.0)  # LoadGen is running
+    workload.send_signal(stop)
+    _, err = workload.communicate(timeout=30)
+    assert workload.returncode != 0
+    assert stop.name.encode() in err
+    deadline = time.monotonic() + 10
+    while not _gone(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(server_pid)
+
+
+@pytest.mark.parametrize("scenario", ["SingleStream", "MultiStream", "Server", "Offline"])
+def test_every_scenario_gives_loadgens_throughput_and_every_samples_latency(scenario: str) -> None:
+    given = {
+        "sut": "null",
+        "scenario": scenario,
+        "min_duration": "300ms",
+        "min_query_count": 16,
+        "target_qps": 200,
+        "latency_bound": "50ms",
+        "samples_per_query": 4,
+    }
+    m = run(PARAMS.resolve(given, "serve", "params"), RULE)
+    result = m.derived["loadgen"]["result"]
+    if scenario == "MultiStream":  # its figure is the per-query latency; LoadGen logs no throughput
+        assert m.derived["achieved_qps"] is None
+    else:
+        assert m.derived["achieved_qps"] is not None and m.derived["achieved_qps"] > 0
+    assert result["result_max_latency_ns"] == max(m.samples.timed_ns)
+    assert result["result_min_latency_ns"] == min(m.samples.timed_ns)
+    assert m.derived["loadgen"]["settings"]["scenario"] == scenario
+
+
+def test_kaliper_run_against_an_unreachable_server_fails_the_run_and_writes_the_report(
+    tmp_path: Path, kaliper: Any
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: serve-unreachable\n"
+        "workload:\n  name: serve\n  framework: numpy\n"
+        f"  params: {{sut: http, url: 'http://127.0.0.1:{free_port()}/v1/completions', min_duration: 1s}}\n"
+        "repetitions: 1\n"
+        "job: {kind: PyTorchJob, replicas: {Master: 1}, image: ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0, timeout: 5m}\n"
+        f"storage: file://{tmp_path}/results\n"
+    )
+    done = kaliper("run", str(spec))
+    assert done.returncode != 0
+    (record_path,) = (tmp_path / "results").glob("experiments/*/trials/*/runs/0/master-0.json")
+    record = json.loads(record_path.read_text())
+    assert record["status"] == "failed" and "unreachable" in record["error"]
+    (report,) = (tmp_path / "results").glob("experiments/*/report/report.md")
+    assert "failed" in report.read_text()

@@ -57,7 +57,10 @@ def per_fingerprint(report: Report, url: str) -> int:
         record = trial.first_record
         if record is None:
             continue
-        one = Report(dataclasses.replace(report.result, trials=[trial]), report.comparisons, report.summary)
+        # no rows of the tables (chunks): the push reads none
+        one = Report(
+            dataclasses.replace(report.result, trials=(trial,)), report.comparisons, report.summary, ()
+        )
         registry = CollectorRegistry()
         for group in summary_groups(one):
             for name, rows in group.series.items():

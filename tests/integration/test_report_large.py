@@ -13,7 +13,7 @@ from kaliper.reporter import write_report
 from kaliper.reporter.aggregate import ENV_WORKERS, load_experiment, report_workers
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.gpu import DETAIL_TRIALS
-from kaliper.reporter.report import Report
+from kaliper.reporter.report import build_report
 from kaliper.reporter.summary import summary_document
 from kaliper.reporter.writers.html import report_html
 from kaliper.reporter.writers.outputs import report_markdown, results_csv
@@ -31,14 +31,21 @@ def experiment(tmp_path: Path, trials: int, repetitions: int) -> tuple[Storage, 
     return storage, plan.experiment.id
 
 
-def test_loading_with_workers_gives_the_same_report(tmp_path: Path) -> None:
+def test_loading_with_workers_gives_the_same_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     storage, exp = experiment(tmp_path, trials=7, repetitions=3)
     serial = load_experiment(storage, exp, workers=1)
     parallel = load_experiment(storage, exp, workers=2)  # 7 trials in chunks of 1 over 2 processes
     assert [t.doc.id for t in parallel.trials] == [t.doc.id for t in serial.trials]
     comparisons = ReportComparisons(ReportSpec())
     assert summary_document(parallel, comparisons) == summary_document(serial, comparisons)
-    reports = [Report(r, comparisons, summary_document(r, comparisons)) for r in (parallel, serial)]
+    reports = []
+    for workers in (
+        "2",
+        "1",
+    ):  # the report's chunks of trials, with their rows, loaded by 2 processes or here
+        monkeypatch.setenv(ENV_WORKERS, workers)
+        reports.append(build_report(storage, exp))
+    assert len(reports[0].chunks) > 1 and len(reports[1].chunks) == 1
     assert reports[0].summary == reports[1].summary
     assert results_csv(reports[0]) == results_csv(reports[1])
     assert results_parquet(reports[0]) == results_parquet(reports[1])  # every run's detail (summary: trials)

@@ -18,7 +18,6 @@ from kaliper.reporter.report import Report, build_report
 from kaliper.reporter.writers.html import report_html
 from kaliper.reporter.writers.outputs import report_markdown, results_csv
 from kaliper.reporter.writers.parquet import results_parquet
-from kaliper.reporter.writers.prepared import prepare_outputs, take_csv_parts, take_parquet_parts
 from kaliper.reporter.writers.push_summary import push_summary
 from kaliper.storage import Storage, dump_json, layout
 
@@ -82,13 +81,12 @@ def write_report(
     The process settings that make a large report cheaper (no cyclic garbage collection while it is
     built, glibc's mmap threshold held) are its caller's: kaliper.cli.process.report_building.
     """
-    report = build_report(storage, experiment_id, include_contended, prepare_outputs)
-    # results.parquet first: its Arrow buffers peak while no other file is held yet. Rows made where the
-    # trials were loaded (kaliper.reporter.writers.prepared) are used where true to the whole experiment.
-    parquet = results_parquet(report, take_parquet_parts(report.result))
+    report = build_report(storage, experiment_id, include_contended)
+    # results.parquet first: its Arrow buffers peak while no other file is held yet.
+    parquet = results_parquet(report)
     files = {
         "summary.json": dump_json(report.summary),
-        "results.csv": results_csv(report, take_csv_parts(report.result)).encode(),
+        "results.csv": results_csv(report).encode(),
         "results.parquet": parquet,
         "report.md": report_markdown(report).encode(),
         "report.html": report_html(report).encode(),

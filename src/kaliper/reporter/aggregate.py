@@ -15,13 +15,12 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from kaliper.analysis.statistics import run_stats_many, trial_stats
+from kaliper.analysis.statistics import RunStats, run_stats_many, trial_stats
 from kaliper.jobs.kubeflow import primary_replica, replica_name, run_status
 from kaliper.metrics.extraction import TIME_TO_TRAIN
 from kaliper.metrics.rules import WALL_TIME, ExtractionRules
-from kaliper.reporter.bulk import bulk
 from kaliper.reporter.model import (
     MEASURED,
     ExperimentResult,
@@ -32,7 +31,14 @@ from kaliper.reporter.model import (
     run_medians,
 )
 from kaliper.reporter.recovered import recover_from_logs
-from kaliper.reporter.workers import ENV_WORKERS, PARALLEL_RUNS, LoadPool, inherited_storage, report_workers
+from kaliper.reporter.workers import (
+    ENV_WORKERS,
+    PARALLEL_RUNS,
+    LoadPool,
+    inherited_storage,
+    map_here,
+    report_workers,
+)
 from kaliper.results.documents import ExperimentDoc, TrialDoc
 from kaliper.results.protocol import RESULT_LINE_PREFIX
 from kaliper.results.readers import read_experiment, read_trial
@@ -80,9 +86,12 @@ def _load_run(
     loader: RecordLoader,
     interner: Interner,
     docs: TrialSamples,
+    no_resources: dict[str, Any] | None = None,
 ) -> RunResult:
     """One run from its own keys (those under its runs/<repetition>/ prefix); its documents through
-    `docs` (the trial's samples file where it has them, else storage: kaliper.results.samples)."""
+    `docs` (the trial's samples file where it has them, else storage: kaliper.results.samples); a run
+    without a stored resources block gets `no_resources` (kaliper.reporter.report: why it has none).
+    Its statistics are not there yet (`_with_stats`)."""
     launch = None
     launch_key = layout.launch_key(exp, trial.id, repetition)
     if launch_key in keys:
@@ -135,7 +144,7 @@ def _load_run(
             "missing",
             "no launch record and no result record (the run never happened or was interrupted)",
         )
-    resources = docs.resources(storage, resources_key) if resources_key in keys else None
+    resources = docs.resources(storage, resources_key) if resources_key in keys else no_resources
     environment_key = layout.environment_key(exp, trial.id, repetition)
     environment = docs.environment(storage, environment_key) if environment_key in keys else None
     return RunResult(
@@ -143,40 +152,65 @@ def _load_run(
     )
 
 
-def _run_stats(measured: list[RunResult], docs: TrialSamples | None = None) -> None:
-    """Each measured run's `stats`, metric by metric: cached in the samples file (`docs`), else
-    summarised together (run_stats_many) and kept there for the next load."""
-    groups: dict[tuple[str, float], list[RunResult]] = {}
-    for run in measured:
+def _run_stats(measured: list[RunResult], docs: TrialSamples | None = None) -> list[dict[str, RunStats]]:
+    """Each measured run's statistics, metric by metric (in the order of `measured`): cached in the
+    samples file (`docs`), else summarised together (run_stats_many) and kept there for the next load."""
+    found: list[dict[str, RunStats]] = [{} for _ in measured]
+    groups: dict[tuple[str, float], list[int]] = {}
+    for number, run in enumerate(measured):
         assert run.primary is not None
         if docs is not None:
             relative = docs.served.get(id(run.primary))
             cached = None if relative is None else decode_runs(docs.run_stats(relative), run.primary.metrics)
             if cached is not None:
-                run.stats.update(cached)
+                found[number].update(cached)
                 continue
         for name, metric in run.primary.metrics.items():
             if metric.values.size:
-                groups.setdefault((name, metric.ci_level), []).append(run)
-    for (name, level), runs in groups.items():
-        values = [r.primary.metrics[name].values for r in runs if r.primary]
-        for run, stats in zip(runs, run_stats_many(values, level), strict=True):
-            run.stats[name] = stats
+                groups.setdefault((name, metric.ci_level), []).append(number)
+    for (name, level), numbers in groups.items():
+        values = [primary.metrics[name].values for n in numbers if (primary := measured[n].primary)]
+        for number, stats in zip(numbers, run_stats_many(values, level), strict=True):
+            found[number][name] = stats
     if docs is not None:
-        for run in measured:
+        for run, of_run in zip(measured, found, strict=True):
             relative = docs.served.get(id(run.primary))
             if relative is not None and docs.run_stats(relative) is None:
-                docs.keep_run_stats(relative, {n: encode_run(s) for n, s in run.stats.items()})
+                docs.keep_run_stats(relative, {n: encode_run(s) for n, s in of_run.items()})
+    return found
+
+
+def with_stats(run: RunResult, stats: dict[str, RunStats]) -> RunResult:
+    """The run with these statistics (a new run: runs are immutable)."""
+    r = run
+    return RunResult(
+        r.repetition,
+        r.status,
+        r.error,
+        r.launch,
+        r.primary,
+        r.records,
+        r.recovered,
+        r.resources,
+        stats,
+        r.environment,
+    )
+
+
+def _with_stats(runs: list[RunResult], docs: TrialSamples | None = None) -> tuple[RunResult, ...]:
+    """The runs, each measured one made with its statistics (`_run_stats`)."""
+    measured = [r for r in runs if r.measured and r.primary is not None]
+    of_run = {id(run): found for run, found in zip(measured, _run_stats(measured, docs), strict=True)}
+    return tuple(with_stats(r, of_run[id(r)]) if id(r) in of_run else r for r in runs)
 
 
 def _trial_metrics(
-    runs: list[RunResult], include_contended: bool = False, docs: TrialSamples | None = None
+    runs: tuple[RunResult, ...], include_contended: bool = False, docs: TrialSamples | None = None
 ) -> dict[str, TrialMetric]:
     """The trial's metrics (those of its first counted run) over its counted runs: the measured ones,
-    contended runs left out unless `include_contended` (every measured run gets its own `stats`);
-    statistics cached in the trial's samples file (`docs`) are used, and computed ones kept there."""
+    contended runs left out unless `include_contended`; statistics cached in the trial's samples file
+    (`docs`) are used, and computed ones kept there."""
     measured = [r for r in runs if r.measured and r.primary is not None]
-    _run_stats(measured, docs)
     return trial_metrics([r for r in measured if include_contended or not r.contended], docs)
 
 
@@ -257,9 +291,11 @@ def _load_trials(
     by_run: ByRun | None,
     include_contended: bool = False,
     light: bool = False,
-) -> list[TrialResult]:
+    no_resources: dict[str, Any] | None = None,
+) -> tuple[TrialResult, ...]:
     """The trials, from `by_run` (one listing of the whole experiment), or else listing each trial;
-    `light`: only what a comparison reads (`for_comparison`) where a trial's samples file is fresh."""
+    `light`: only what a comparison reads (`for_comparison`) where a trial's samples file is fresh;
+    `no_resources`: the resources block of a run without a stored one (`_load_run`)."""
     loader = RecordLoader()  # records share stacks and hardware: validated once, held once
     interner = Interner()  # and each record is kept as a compact view (kaliper.results.views)
     codec = SamplesCodec()  # and samples files share them the same way
@@ -282,7 +318,7 @@ def _load_trials(
                 source = ReadAhead(storage, wanted)
         doc = read_trial(source, experiment.id, trial_id)
         docs = samples[trial_id]
-        runs = [
+        loaded = [
             _load_run(
                 source,
                 experiment.id,
@@ -292,19 +328,23 @@ def _load_trials(
                 loader,
                 interner,
                 docs,
+                no_resources,
             )
             for rep in range(experiment.repetitions)
         ]
         if light and docs.exact and not docs.missing():
             # Fresh samples file: the trial's statistics as cached, no run statistics, nothing to write.
-            counted = [r for r in runs if r.measured and (include_contended or not r.contended)]
+            counted = [r for r in loaded if r.measured and (include_contended or not r.contended)]
             metrics = in_declared_order(trial_metrics(counted, docs), experiment.workload)
-            runs = [for_comparison(r) for r in runs]
+            runs = tuple(for_comparison(r) for r in loaded)
         else:
+            runs = _with_stats(loaded, docs)
             metrics = in_declared_order(_trial_metrics(runs, include_contended, docs), experiment.workload)
-            docs.save(storage)  # with the statistics just computed (or those read)
+            # The samples file, with the statistics just computed (or those read): derived data, kept
+            # through kaliper.storage.derived's contract (best effort).
+            docs.save(storage)
         trials.append(TrialResult(doc, runs, metrics, include_contended))
-    return trials
+    return tuple(trials)
 
 
 def for_comparison(run: RunResult) -> RunResult:
@@ -314,7 +354,7 @@ def for_comparison(run: RunResult) -> RunResult:
     return RunResult(run.repetition, run.status, run.error, None, run.primary, environment=run.environment)
 
 
-def load_trials(storage: Storage, experiment: ExperimentDoc, trial_ids: list[str]) -> list[TrialResult]:
+def load_trials(storage: Storage, experiment: ExperimentDoc, trial_ids: list[str]) -> tuple[TrialResult, ...]:
     """Some trials, each listed on its own (what writing a trial's samples file after a run needs)."""
     return _load_trials(storage, experiment, trial_ids, None)
 
@@ -337,20 +377,64 @@ def in_declared_order(metrics: dict[str, TrialMetric], workload: dict[str, Any])
     return {n: metrics[n] for n in [*first, *rest, *([WALL_TIME] if WALL_TIME in metrics else [])]}
 
 
-# What a pool's process also makes of the trials it loaded (experiment id, trials): a module-level
-# function, sent by reference (kaliper.reporter.writers.prepared.prepare_outputs).
-Prepare = Callable[[str, list[TrialResult]], Any]
-# A chunk of trials to load in a pool's process: (experiment, trial ids, their keys by run or None,
-# include_contended, light, prepare).
-Chunk = tuple[ExperimentDoc, list[str], "ByRun | None", bool, bool, "Prepare | None"]
+# A chunk of trials to load, in one process: (experiment, trial ids, their keys by run or None,
+# include_contended, light, the resources block of a run without a stored one).
+Chunk = tuple[ExperimentDoc, list[str], "ByRun | None", bool, bool, "dict[str, Any] | None"]
+T = TypeVar("T")
 
 
-def _load_chunk(chunk: Chunk) -> tuple[list[TrialResult], Any]:
-    """A loading process's entry: its chunk of trials, with the process settings of a report (bulk)."""
-    experiment, trial_ids, by_run, include_contended, light, prepare = chunk
-    with bulk():
-        trials = _load_trials(inherited_storage(), experiment, trial_ids, by_run, include_contended, light)
-        return trials, None if prepare is None else prepare(experiment.id, trials)
+def load_chunk(storage: Storage, chunk: Chunk) -> tuple[TrialResult, ...]:
+    """A chunk's trials, in order."""
+    experiment, trial_ids, by_run, include_contended, light, no_resources = chunk
+    return _load_trials(storage, experiment, trial_ids, by_run, include_contended, light, no_resources)
+
+
+def _load_chunk(chunk: Chunk) -> tuple[TrialResult, ...]:
+    """`load_chunk` in a loading process (kaliper.reporter.workers: the storage it inherited)."""
+    return load_chunk(inherited_storage(), chunk)
+
+
+def map_chunks(
+    storage: Storage,
+    experiment: ExperimentDoc,
+    load: Callable[[Chunk], T],
+    workers: int | None = None,
+    include_contended: bool = False,
+    light: bool = False,
+    pool: LoadPool | None = None,
+    no_resources: dict[str, Any] | None = None,
+) -> list[T]:
+    """`load` of each chunk of the experiment's trials, in order: one chunk of every trial, loaded in this
+    process, where one process loads the experiment (`report_workers`); else chunks loaded by several
+    processes (`pool`'s, else `workers` of its own). `load` is a module-level function of one chunk that
+    reads through kaliper.reporter.workers.inherited_storage (`_load_chunk`, or one that also makes
+    something of the trials where they are: kaliper.reporter.report's chunks)."""
+    # Keys grouped by run, so each run looks only at its own (linear in the experiment): where listing is
+    # a request per page (S3), one listing of the experiment here; on a file system, each trial's
+    # directory where the trial is loaded (in the workers: a cold directory cache makes walking 100,000
+    # runs' directories take tens of seconds).
+    by_run = None
+    if not storage.cheap_listing:
+        by_run = _by_run(experiment.id, storage.list(layout.experiment_prefix(experiment.id) + "/trials"))
+    ids = list(experiment.trials)
+    if pool is not None and pool.storage is storage and workers is None:
+        workers = pool.workers
+    else:
+        pool = None
+        workers = report_workers(len(ids) * experiment.repetitions) if workers is None else workers
+    if workers <= 1 or len(ids) < 2:
+        return map_here(storage, load, [(experiment, ids, by_run, include_contended, light, no_resources)])
+    # 16 chunks per worker: their loads even out, and a worker holds one small chunk at a time
+    size = max(1, math.ceil(len(ids) / (16 * workers)))
+    parts = [ids[i : i + size] for i in range(0, len(ids), size)]
+    chunks: list[Chunk] = [
+        (experiment, part, keys, include_contended, light, no_resources)
+        for part, keys in zip(parts, _split(by_run, parts), strict=True)
+    ]
+    if pool is not None:
+        return pool.map(load, chunks)
+    with LoadPool(storage, min(workers, len(chunks))) as own:
+        return own.map(load, chunks)
 
 
 def load_experiment(
@@ -360,49 +444,18 @@ def load_experiment(
     include_contended: bool = False,
     light: bool = False,
     pool: LoadPool | None = None,
-    prepare: Prepare | None = None,
 ) -> ExperimentResult:
     """Every document of an experiment, reduced (see the module docstring); contended runs count in the
     statistics only with `include_contended`; `light`: each run only as comparisons read it where its
     trial's samples file is fresh (`for_comparison`: a report's baseline).
 
     Trials are independent, so large experiments are loaded by several processes (`pool`, else
-    `workers`, default `report_workers`), chunks of trials each, in order: the result is the same for any
-    number of processes. `prepare`: where several processes load it, what each also makes of its chunk
-    (kaliper.reporter.writers.prepared: its rows of the report's files), in `prepared`, one per chunk in order.
+    `workers`, default `report_workers`), chunks of trials each, in order (`map_chunks`): the result is
+    the same for any number of processes.
     """
     experiment = read_experiment(storage, experiment_id)
-    # Keys grouped by run, so each run looks only at its own (linear in the experiment): where listing is
-    # a request per page (S3), one listing of the experiment here; on a file system, each trial's
-    # directory where the trial is loaded (in the workers: a cold directory cache makes walking 100,000
-    # runs' directories take tens of seconds).
-    by_run = None
-    if not storage.cheap_listing:
-        by_run = _by_run(experiment_id, storage.list(layout.experiment_prefix(experiment_id) + "/trials"))
-    ids = list(experiment.trials)
-    if pool is not None and pool.storage is storage and workers is None:
-        workers = pool.workers
-    else:
-        pool = None
-        workers = report_workers(len(ids) * experiment.repetitions) if workers is None else workers
-    if workers <= 1 or len(ids) < 2:
-        trials = _load_trials(storage, experiment, ids, by_run, include_contended, light)
-        return ExperimentResult(experiment, trials, include_contended)
-    # 16 chunks per worker: their loads even out, and a worker holds one small chunk at a time
-    size = max(1, math.ceil(len(ids) / (16 * workers)))
-    parts = [ids[i : i + size] for i in range(0, len(ids), size)]
-    chunks: list[Chunk] = [
-        (experiment, part, keys, include_contended, light, prepare)
-        for part, keys in zip(parts, _split(by_run, parts), strict=True)
-    ]
-    if pool is not None:
-        loaded = pool.map(_load_chunk, chunks)
-    else:
-        with LoadPool(storage, min(workers, len(chunks))) as own:
-            loaded = own.map(_load_chunk, chunks)
-    trials = [trial for chunk, _prepared in loaded for trial in chunk]
-    prepared = [outputs for _chunk, outputs in loaded] if prepare is not None else None
-    return ExperimentResult(experiment, trials, include_contended, prepared)
+    loaded = map_chunks(storage, experiment, _load_chunk, workers, include_contended, light, pool)
+    return ExperimentResult(experiment, tuple(t for chunk in loaded for t in chunk), include_contended)
 
 
 def _split(by_run: ByRun | None, parts: list[list[str]]) -> list[ByRun | None]:

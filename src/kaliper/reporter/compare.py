@@ -177,7 +177,7 @@ def _pick_trial(result: ExperimentResult, side: Side) -> list[TrialResult]:
             )
         return found
     if side.trial is None:
-        return result.trials
+        return list(result.trials)
     found = [t for t in result.trials if t.doc.id == side.trial]
     if not found:
         known = ", ".join(t.doc.id for t in result.trials)

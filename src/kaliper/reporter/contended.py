@@ -15,6 +15,7 @@ was judged then as a run is (kaliper.execution.trace_record) and each replay's r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kaliper.reporter.aggregate import RunResult, TrialMetric, TrialResult, trial_metrics
@@ -166,7 +167,7 @@ def trial_recordings(trial: TrialResult) -> dict[RecordingView, int]:
     return found
 
 
-def recording_lines(trials: list[TrialResult]) -> list[tuple[str, bool]]:
+def recording_lines(trials: Sequence[TrialResult]) -> list[tuple[str, bool]]:
     """The reports' lines on trace recordings (plain text: the writer escapes it), one per distinct
     judgement, naming its trials (`all trials` when it is every trial's only one), and whether it is a
     disturbed one (contended, unstable); [] when no record carries a judgement."""

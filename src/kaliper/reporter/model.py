@@ -1,6 +1,8 @@
 """What the reporter knows of an experiment once loaded: runs, trials and their statistics.
 
-kaliper.reporter.aggregate reads the documents into these; every writer and comparison reads them.
+kaliper.reporter.aggregate reads the documents into these; every writer and comparison reads them. They are
+immutable: each is made whole (a run with its statistics, a trial with its metrics) and never filled in or
+changed after; what differs (a run given an environment document) is a new object.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ MEASURED = ("ok", "not_converged")
 
 
 @quick_pickle
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RunResult:
     repetition: int
     status: str  # ok | not_converged | failed | timeout | missing
@@ -35,7 +37,7 @@ class RunResult:
     # The primary record's spread per metric (median CI, IQR, MAD jitter, CV), when it measured.
     stats: dict[str, RunStats] = field(default_factory=dict)
     # What the run saw of its neighbours and its verdict (environment.json); None: not measured (old runs,
-    # or a cluster run Prometheus has not been asked about yet: the reporter may set it).
+    # or a cluster run Prometheus has not been asked about yet: the report's run then has one, a new object).
     environment: EnvironmentDoc | None = None
 
     @property
@@ -53,7 +55,7 @@ class RunResult:
 
 
 @quick_pickle
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TrialMetric:
     unit: str
     direction: str
@@ -68,10 +70,10 @@ class TrialMetric:
 
 
 @quick_pickle
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TrialResult:
     doc: TrialDoc
-    runs: list[RunResult]
+    runs: tuple[RunResult, ...]
     metrics: dict[str, TrialMetric]  # over `counted` runs
     include_contended: bool = False  # whether contended runs count in `metrics` (and comparisons)
 
@@ -113,14 +115,11 @@ class TrialResult:
         return "partial"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ExperimentResult:
     experiment: ExperimentDoc
-    trials: list[TrialResult]
+    trials: tuple[TrialResult, ...]
     include_contended: bool = False
-    # Parts of the report's files made where the trials were loaded, one per chunk of trials in order
-    # (kaliper.reporter.writers.prepared); None: none, or no longer true to the runs (the writers make them).
-    prepared: list[Any] | None = None
 
     @property
     def has_environment(self) -> bool:

@@ -8,11 +8,14 @@ them again). One `LoadPool`, started before either load, serves both: its proces
 load, and what they send back.
 
 The storage is what the processes inherit at the fork (nothing is pickled to them but each chunk's
-arguments); a load from another storage starts its own pool.
+arguments); a load from another storage starts its own pool. A pool's processes are entry points of their
+own: each task runs with the process settings of a report (kaliper.reporter.bulk), which the process that
+started them sets at its own entry (kaliper.cli.process), never the library.
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable
@@ -21,6 +24,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from kaliper import settings
+from kaliper.reporter.bulk import bulk
 from kaliper.results.provenance import usable_cores
 from kaliper.storage import Storage
 
@@ -65,8 +69,9 @@ class LoadPool:
             _INHERITED.clear()
 
     def map(self, function: Callable[[T], R], items: Iterable[T]) -> list[R]:
-        """`function` of each item, in order, in the pool's processes."""
-        return list(self._pool.map(function, items))
+        """`function` of each item, in order, in the pool's processes (a module-level function: sent by
+        reference), each with the process settings of a report (`bulk`)."""
+        return list(self._pool.map(functools.partial(_in_bulk, function), items))
 
     def close(self) -> None:
         self._pool.shutdown()
@@ -78,6 +83,22 @@ class LoadPool:
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _in_bulk(function: Callable[[T], R], item: T) -> R:
+    """A pool's task: its process's entry, so it sets the settings of the work it does there."""
+    with bulk():
+        return function(item)
+
+
+def map_here(storage: Storage, function: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """`function` of each item, in order, in this process (with its settings, whatever they are), as a
+    pool's process runs it: `inherited_storage` is `storage` meanwhile."""
+    _INHERITED["storage"] = storage
+    try:
+        return [function(item) for item in items]
+    finally:
+        _INHERITED.clear()
 
 
 def pool_for(storage: Storage, runs: int, workers: int | None = None) -> LoadPool | None:

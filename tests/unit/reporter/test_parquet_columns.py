@@ -1,8 +1,9 @@
-"""results.parquet's columns built from buffers (kaliper.reporter.writers.arrow_columns): the arrays `pa.array`
+"""results.parquet's columns built from buffers (kaliper.reporter.arrow_columns): the arrays `pa.array`
 makes, without importing pandas; and the file's bytes do not depend on how many trials a chunk holds."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -13,9 +14,11 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
+import kaliper.reporter.parquet_rows as parquet_rows
 import kaliper.reporter.writers.parquet as parquet
+from kaliper.reporter.arrow_columns import arrow_column, indices, list_column
 from kaliper.reporter.report import build_report
-from kaliper.reporter.writers.arrow_columns import arrow_column, indices, list_column
+from kaliper.reporter.workers import ENV_WORKERS
 from kaliper.storage import open_storage
 from tests.support.synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
@@ -62,7 +65,7 @@ def test_no_pandas_is_imported() -> None:
         import sys
         import numpy as np
         import pyarrow as pa, pyarrow.parquet as pq
-        from kaliper.reporter.writers.arrow_columns import arrow_column, indices, list_column
+        from kaliper.reporter.arrow_columns import arrow_column, indices, list_column
         arrays = [arrow_column(["a", None], "string"), arrow_column([1, None], "int32"),
                   arrow_column([True, None], "bool"), list_column([np.array([1.0]), None])]
         table = pa.Table.from_arrays(arrays, names=list("abcd")).take(indices([1, 0]))
@@ -79,14 +82,18 @@ def test_the_file_does_not_depend_on_the_chunk_size(tmp_path: Path, monkeypatch:
     storage = open_storage(f"file://{tmp_path}")
     plan = plan_spec(doc, storage.url)
     write_experiment(storage, plan, build_records(plan, samples=5)[:-1])  # one run without a record
-    report = build_report(storage, plan.experiment.id)
-    whole = parquet.results_parquet(report)
-    monkeypatch.setattr(parquet, "CHUNK_TRIALS", 5)
-    assert parquet.results_parquet(report) == whole
-    monkeypatch.setattr(parquet, "CHUNK_TRIALS", 1)
+    exp = plan.experiment.id
+    whole = parquet.results_parquet(build_report(storage, exp))
+    monkeypatch.setattr(parquet_rows, "CHUNK_TRIALS", 5)  # record batches of 5 trials where loaded
+    assert parquet.results_parquet(build_report(storage, exp)) == whole
+    monkeypatch.setattr(parquet_rows, "CHUNK_TRIALS", 1)
+    assert parquet.results_parquet(build_report(storage, exp)) == whole
+    monkeypatch.setenv(ENV_WORKERS, "3")  # chunks of trials loaded by 3 processes
+    report = build_report(storage, exp)
+    assert len(report.chunks) > 1
     assert parquet.results_parquet(report) == whole
     # one chunk per column, as if built in one piece: the writer's pages follow the chunks (at 20,000
     # records two chunks gave other bytes; this experiment is too small to show it in the file)
-    assert all(column.num_chunks == 1 for column in parquet.results_table(report.result).columns)
-    report.result.trials.reverse()  # rows are sorted by trial whatever the order trials were loaded in
-    assert parquet.results_parquet(report) == whole
+    assert all(column.num_chunks == 1 for column in parquet.results_table(report).columns)
+    # rows are sorted by trial whatever the order trials were loaded in
+    assert parquet.results_parquet(dataclasses.replace(report, chunks=report.chunks[::-1])) == whole

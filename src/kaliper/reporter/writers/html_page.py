@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Sequence
 
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult
 from kaliper.reporter.gpu import DETAIL_TRIALS
@@ -52,7 +53,7 @@ def table(header: list[str], rows: list[list[str]], numeric: set[int] | None = N
 DETAIL_FAILURES = 100
 
 
-def detail_trials(result: ExperimentResult) -> tuple[list[TrialResult], list[str]]:
+def detail_trials(result: ExperimentResult) -> tuple[Sequence[TrialResult], list[str]]:
     """The trials shown in detail, and the note saying what was left out."""
     shown = result.trials[:DETAIL_TRIALS]
     left = len(result.trials) - len(shown)

@@ -5,6 +5,8 @@ from the results' sections because it reads the resources documents, not the mea
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kaliper.errors import redactor
 from kaliper.reporter.aggregate import ExperimentResult, TrialResult
 from kaliper.reporter.formatting import RESOURCE_COLUMNS, format_bytes, format_number, resource_figure
@@ -76,7 +78,7 @@ def resource_section(result: ExperimentResult) -> list[str]:
     return out
 
 
-def _gpu(result: ExperimentResult, shown: list[TrialResult]) -> list[str]:
+def _gpu(result: ExperimentResult, shown: Sequence[TrialResult]) -> list[str]:
     """GPU telemetry per run of the detailed trials, and each one's SM clock and power over a
     representative run; why runs have none; nothing when there is no GPU section (outputs.gpu_section)."""
     section, unavailable = gpu_section(result)

@@ -13,9 +13,7 @@ table, beside fidelity, only where records carry one.
 
 from __future__ import annotations
 
-import csv
-import io
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from kaliper.errors import redactor
@@ -26,12 +24,10 @@ from kaliper.reporter.contended import (
     method_note,
     recording_lines,
     run_label,
-    run_reason,
 )
+from kaliper.reporter.csv_rows import csv_header, csv_shape, widen
 from kaliper.reporter.formatting import (
-    FORMULA_START,
     RESOURCE_COLUMNS,
-    csv_cell,
     format_bytes,
     format_number,
     md_fence,
@@ -58,108 +54,15 @@ from kaliper.reporter.report import Report
 from kaliper.reporter.verdict_tables import markdown_lines
 
 
-@dataclass(frozen=True)
-class CsvShape:
-    """What results.csv's columns depend on beyond one record: the parameter and metric names of every
-    record, whether any run has an environment document, whether there are several stacks."""
-
-    params: tuple[str, ...]
-    metrics: tuple[str, ...]
-    known: bool
-    stacked: bool
-
-
-def csv_shape(trials: list[TrialResult]) -> CsvShape:
-    records = [rec for t in trials for r in t.runs for rec in r.records]
-    return CsvShape(
-        params=tuple(sorted({k for r in records for k in r.params})),
-        metrics=tuple(sorted({k for r in records for k in r.metrics})),
-        known=any(t.has_environment for t in trials),
-        stacked=several_stacks(trials),
-    )
-
-
-def csv_header(shape: CsvShape) -> str:
-    header = [
-        "experiment",
-        "trial",
-        "repetition",
-        "replica",
-        "status",
-        "recorded_by",
-        "converged",
-        "n_samples",
-    ]
-    header += [f"param.{p}" for p in shape.params]
-    for m in shape.metrics:
-        header += [f"{m}.median", f"{m}.ci_low", f"{m}.ci_high", f"{m}.unit"]
-    header += ["framework", "framework_version", "stack_id", "cpu_model", "started", "finished", "error"]
-    if shape.known:
-        header += ["interference", "interference_reason"]
-    if shape.stacked:  # the stack's name, when there are several: the last column
-        header.append("stack")
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerow([csv_cell(h) for h in header])
-    return out.getvalue()
-
-
-def csv_rows(trials: list[TrialResult], shape: CsvShape, whole: bool = True) -> str:
-    """results.csv's rows of these trials' records, in order. `whole`: `trials` are the experiment's
-    (a record naming a run elsewhere is a KeyError); else a part of them, and a record naming a run
-    outside the part is a LookupError (the part cannot be written on its own)."""
-    runs = {(t.doc.id, r.repetition): r for t in trials for r in t.runs}
-    stack_of = {t.doc.id: t.doc.stack.name for t in trials}
-    params, metrics, known, stacked = shape.params, shape.metrics, shape.known, shape.stacked
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    for rec in (rec for t in trials for r in t.runs for rec in r.records):
-        row: list[Any] = [
-            rec.experiment,
-            rec.trial,
-            rec.repetition,
-            rec.replica,
-            rec.status,
-            rec.recorded_by,
-            "" if rec.converged is None else rec.converged,
-            rec.n_samples,
-        ]
-        row += [rec.params.get(p, "") for p in params]
-        for m in metrics:
-            metric = rec.metrics.get(m)
-            row += [metric.median, metric.ci_low, metric.ci_high, metric.unit] if metric else ["", "", "", ""]
-        row += [
-            rec.workload.framework or "",
-            rec.workload.framework_version or "",
-            rec.stack.id,
-            rec.hardware.cpu_model or "",
-            rec.started.isoformat(),
-            rec.finished.isoformat(),
-            (rec.error or "").splitlines()[0] if rec.error else "",
-        ]
-        if not whole and (rec.trial, rec.repetition) not in runs:
-            raise LookupError(f"{rec.trial}/{rec.repetition}: a record of a run outside this part")
-        if known:
-            run = runs[(rec.trial, rec.repetition)]
-            row += [run.interference, run_reason(run)]
-        if stacked:
-            row.append(stack_of.get(rec.trial, ""))
-        # csv_cell's test, inlined for the cells it leaves alone (all but a few of 2,900,000 at 100,000 runs)
-        writer.writerow(
-            [c if not isinstance(c, str) or c[:1] not in FORMULA_START else csv_cell(c) for c in row]
-        )
-    return out.getvalue()
-
-
-def results_csv(report: Report, parts: list[tuple[CsvShape, str]] | None = None) -> str:
+def results_csv(report: Report) -> str:
     """One row per result record (every replica of every run, failures included); with environment
     documents, the run's interference verdict and reason in two more columns; with several stacks,
-    the stack's name last. `parts`: the rows already written part by part (kaliper.reporter.writers.prepared),
-    used where every part was written for this very shape."""
+    the stack's name last. The rows are those each chunk of trials has where it was loaded
+    (kaliper.reporter.csv_rows), in the experiment's columns."""
     trials = report.result.trials
     shape = csv_shape(trials)
-    if parts is not None and all(part_shape == shape for part_shape, _text in parts):
-        return csv_header(shape) + "".join(text for _shape, text in parts)
-    return csv_header(shape) + csv_rows(trials, shape)
+    stack_of = {t.doc.id: t.doc.stack.name for t in trials} if shape.stacked else {}
+    return csv_header(shape) + "".join(widen(chunk.csv, shape, stack_of) for chunk in report.chunks)
 
 
 def _metric_cell(trial: TrialResult, name: str) -> str:
@@ -352,7 +255,7 @@ def any_telemetry(result: ExperimentResult) -> bool:
     return any(telemetry(r) is not None for _t, r in result.all_runs())
 
 
-def gpu_rows(trials: list[TrialResult]) -> tuple[list[str], list[list[str]]]:
+def gpu_rows(trials: Sequence[TrialResult]) -> tuple[list[str], list[list[str]]]:
     """The GPU table of report.md and report.html (plain text cells: the writer escapes them): per run with
     GPU telemetry, its window, the GPUs' energy, efficiency per throughput metric and the time under each
     clock-event reason."""

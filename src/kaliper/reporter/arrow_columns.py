@@ -103,7 +103,7 @@ def list_column(parts: list[np.ndarray | None]) -> pa.Array:
     )
 
 
-def indices(order: list[int]) -> pa.Array:
+def indices(order: list[int] | np.ndarray) -> pa.Array:
     """Row positions as an int64 array (for `Table.take`)."""
     import pyarrow as pa
 

@@ -1,9 +1,12 @@
-"""Rows of results.csv and results.parquet made by the processes that load the trials
-(kaliper.reporter.writers.prepared) give the files a single process writes, byte for byte, and are used only
-where true to the whole experiment."""
+"""Rows of results.csv and results.parquet made chunk by chunk where the trials are loaded
+(kaliper.reporter.csv_rows, kaliper.reporter.parquet_rows; kaliper.reporter.report.ReportChunk) give the
+files one process writes, byte for byte, whatever the chunks hold: a chunk of one stack in an experiment of
+two, a chunk without environment documents in an experiment with some, a chunk whose records name fewer
+parameters or metrics than the experiment's."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
@@ -12,14 +15,8 @@ import pytest
 
 import kaliper.reporter.aggregate as aggregate
 from kaliper.reporter import REPORT_FILES, build_report, write_report
-from kaliper.reporter.writers.outputs import csv_shape, results_csv
-from kaliper.reporter.writers.parquet import parquet_part, results_parquet, results_table
-from kaliper.reporter.writers.prepared import (
-    PreparedOutputs,
-    prepare_outputs,
-    take_csv_parts,
-    take_parquet_parts,
-)
+from kaliper.reporter.csv_rows import CsvRows, csv_rows, csv_shape, widen
+from kaliper.reporter.writers.outputs import results_csv
 from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.storage import Storage, layout, open_storage
 from tests.support.synthetic import build_records, plan_spec, runs_of, sweep_doc, write_experiment
@@ -77,40 +74,31 @@ def test_the_files_are_those_one_process_writes(
     assert report_files(storage, tmp_path, exp, "3", monkeypatch) == one
 
 
-def test_parts_are_made_and_used_where_they_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    storage, exp = experiment(tmp_path, stacks=False, environment=False)
-    monkeypatch.setenv(aggregate.ENV_WORKERS, "3")
-    report = build_report(storage, exp, prepare=prepare_outputs)
-    parts = report.result.prepared
-    assert parts and all(isinstance(p, PreparedOutputs) and p.csv and p.parquet for p in parts)
-    assert len(parts) > 1  # one per chunk
-    csv_parts = take_csv_parts(report.result)
-    assert csv_parts is not None and take_csv_parts(report.result) is None  # handed over once
-    assert results_csv(report, csv_parts) == results_csv(report)
-    shape = csv_parts[0][0]
-    other = [
-        (shape.__class__(shape.params, shape.metrics, not shape.known, shape.stacked), t)
-        for _s, t in csv_parts
-    ]
-    assert results_csv(report, other) == results_csv(report)  # parts of another shape: not used
-    parquet_parts = take_parquet_parts(report.result)
-    assert parquet_parts is not None
-    assert results_table(report.result, parquet_parts).equals(results_table(report.result))
-
-
-def test_parts_in_another_order_are_sorted_as_the_writer_sorts(
+def test_a_chunk_of_fewer_columns_is_widened_to_the_experiments(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Above 1,000 trials the experiment's order (t999, t1000) is not the rows' (sorted by trial id):
-    parts in reverse order stand in for that."""
-    storage, exp = experiment(tmp_path, stacks=False, environment=False)
-    monkeypatch.setenv(aggregate.ENV_WORKERS, "1")
+    """Each chunk writes its rows in its own columns; the writer lays them out in the experiment's."""
+    storage, exp = experiment(tmp_path, stacks=True, environment=True)
+    monkeypatch.setenv(aggregate.ENV_WORKERS, "3")
     report = build_report(storage, exp)
+    assert len(report.chunks) > 1
+    shape = csv_shape(report.result.trials)
+    assert shape.known and shape.stacked
+    assert any(chunk.csv.shape != shape for chunk in report.chunks)  # some chunk is narrower
+    monkeypatch.setenv(aggregate.ENV_WORKERS, "1")
+    one = build_report(storage, exp)
+    assert len(one.chunks) == 1 and one.chunks[0].csv.shape == shape
+    assert results_csv(report) == results_csv(one)
+    # a chunk of one stack, without environment documents, naming fewer parameters and metrics than the
+    # experiment (here: the experiment's names and one more, sorted in between)
     trials = report.result.trials
-    parts = [parquet_part(exp, trials[i : i + 5]) for i in range(0, len(trials), 5)][::-1]
-    table = results_table(report.result, list(parts))
-    assert table.equals(results_table(report.result))
-    assert all(column.num_chunks == 1 for column in table.columns)
-    assert results_parquet(report, parts) == results_parquet(report)  # the file's bytes
-    prepared = prepare_outputs(exp, trials[:5])
-    assert prepared.csv is not None and prepared.csv[0] == csv_shape(trials)
+    part = tuple(t for t in trials[1:] if t.doc.stack.name == trials[1].doc.stack.name)
+    have = csv_shape(part)
+    assert not have.known and not have.stacked
+    wider = dataclasses.replace(
+        shape,
+        params=tuple(sorted((*shape.params, "m0"))),
+        metrics=tuple(sorted((*shape.metrics, "m0"))),
+    )
+    stack_of = {t.doc.id: t.doc.stack.name for t in trials}
+    assert widen(CsvRows(have, csv_rows(part, have)), wider, stack_of) == csv_rows(part, wider)

@@ -194,6 +194,7 @@ BUSY_LOOP = "import time\nend = time.monotonic() + 90\nwhile time.monotonic() < 
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # judges this machine quiet or not: no test beside it (the others record unjudged)
 @pytest.mark.usefixtures("interference_on")
 def test_recording_beside_two_busy_processes_is_retimed_then_refused(
     kaliper: CliRunner, tmp_path: Path

@@ -292,6 +292,7 @@ def test_cuda_trace_is_refused_on_cpu(tmp_path: Path, bundle: Path) -> None:
         run({"trace": str(folder), "iterations": 1, "reset": True, "device": "cpu", "threads": 1}, rule)
 
 
+@pytest.mark.serial  # interference detection on (the attempt retried if contended): no test beside it
 def test_kaliper_run_of_the_example(tmp_path: Path, bundle: Path) -> None:
     """examples/trace-replay.yaml as written (storage file://./kaliper-results, traces/small-resnet)."""
     store = tmp_path / "kaliper-results"

@@ -7,17 +7,16 @@ written to storage.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import in_process
 from tests.support.paths import EXAMPLES
 
 CliRunner = Callable[..., subprocess.CompletedProcess[str]]
@@ -491,6 +490,13 @@ def cli(*args: str, cwd: Path) -> Outcome:
     return Outcome(result, time.monotonic() - started)
 
 
+def cli_here(*args: str, cwd: Path) -> Outcome:
+    """The same command through `kaliper.cli.main` in this process (tests.support.cli.in_process)."""
+    started = time.monotonic()
+    result = in_process(*args, cwd=cwd)
+    return Outcome(result, time.monotonic() - started)
+
+
 @dataclass(frozen=True)
 class Refusal:
     tmp: Path
@@ -498,36 +504,43 @@ class Refusal:
     outcomes: dict[str, Outcome]  # "validate", and "run" unless the case is validate-only
 
 
+def commands(case: Case, tmp: Path) -> dict[str, tuple[str, ...]]:
+    """`kaliper validate SPEC`, and `kaliper run SPEC --storage file://STORE` unless validate-only."""
+    jobs = {"validate": ("validate", case.spec_name)}
+    if case.run:
+        jobs["run"] = ("run", case.spec_name, "--storage", f"file://{tmp / 'store'}")
+    return jobs
+
+
 @pytest.fixture(scope="module")
 def refusals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Refusal]:
-    """Every case through `kaliper validate SPEC` and `kaliper run SPEC --storage file://STORE`.
-
-    The processes run concurrently, one per CPU: each is a fresh interpreter, and `kaliper run` takes
-    about a second to refuse a spec (it imports the runner, scipy included, before reading the spec).
-    """
-    jobs: dict[tuple[str, str], tuple[str, ...]] = {}
-    dirs: dict[str, Path] = {}
+    """Every case through `kaliper validate` and `kaliper run`, by the CLI's entry point in this process:
+    a fresh interpreter per command took over a minute for the cases (`kaliper run` imports the runner,
+    scipy included, before reading the spec). `test_in_process_refusals_are_the_real_processes` checks
+    that a real process gives the same exit status and stderr, for a spec error and a template error."""
+    found: dict[str, Refusal] = {}
     for case in CASES:
-        tmp = dirs[case.id] = tmp_path_factory.mktemp(case.id)
+        tmp = tmp_path_factory.mktemp(case.id)
         write_case(tmp, case)
-        jobs[case.id, "validate"] = ("validate", case.spec_name)
-        if case.run:
-            jobs[case.id, "run"] = ("run", case.spec_name, "--storage", f"file://{tmp / 'store'}")
-    with ThreadPoolExecutor(max_workers=max(2, len(os.sched_getaffinity(0)))) as pool:
-        futures = {key: pool.submit(cli, *args, cwd=dirs[key[0]]) for key, args in jobs.items()}
-        done = {key: future.result() for key, future in futures.items()}
-    return {
-        case.id: Refusal(
-            dirs[case.id],
-            dirs[case.id] / "store",
-            {
-                command: done[case.id, command]
-                for command in ("validate", "run")
-                if (case.id, command) in done
-            },
+        outcomes = {command: cli_here(*args, cwd=tmp) for command, args in commands(case, tmp).items()}
+        found[case.id] = Refusal(tmp, tmp / "store", outcomes)
+    return found
+
+
+@pytest.mark.parametrize("case_id", ["unknown-top-level-key", "template-wrong-kind"])
+def test_in_process_refusals_are_the_real_processes(tmp_path: Path, case_id: str) -> None:
+    """The fixture's in-process outcome of a case is what `python -m kaliper` gives: same exit status,
+    same stdout and stderr (so the other cases' checks hold for the real CLI), nothing written."""
+    [case] = [c for c in CASES if c.id == case_id]
+    for command, args in commands(case, tmp_path).items():
+        write_case(tmp_path, case)
+        real = cli(*args, cwd=tmp_path).result
+        here = cli_here(*args, cwd=tmp_path).result
+        assert (here.returncode, here.stdout, here.stderr) == (real.returncode, real.stdout, real.stderr), (
+            command
         )
-        for case in CASES
-    }
+        assert real.returncode == 2 and real.stderr.startswith("error: "), real.stderr
+        assert_nothing_written(tmp_path, tmp_path / "store")
 
 
 def assert_nothing_written(tmp_path: Path, store: Path) -> None:

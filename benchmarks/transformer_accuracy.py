@@ -23,6 +23,10 @@ how quiet the machine was is part of the result.
 
     python benchmarks/transformer_accuracy.py [--cases train,infer] [--rounds 6] [--threads 2]
 
+On a heavily shared machine use `--threads 1`: with load far above the core count, two OpenMP threads
+that wait for each other at every barrier ran 10-40× slower here (30-180 tokens/s against ~1,500 with
+one thread, load average 20 on 2 cores), and that collapse, not Kaliper, then decides the ratio.
+
 Exit status 0 when every paired ratio is within the tolerance (default 2%), 1 otherwise.
 """
 

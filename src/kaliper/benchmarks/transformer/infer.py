@@ -31,6 +31,7 @@ from typing import Any
 from kaliper.benchmarks.cnn.cnn_torch import distributed_env
 from kaliper.benchmarks.measurement import Measurement, MetricDef
 from kaliper.benchmarks.peaks import PCT_METRIC, with_peak
+from kaliper.benchmarks.torch_compile import compiled, first_calls
 from kaliper.benchmarks.torch_support import (
     device_and_sync,
     peak_inputs,
@@ -70,7 +71,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
     )
     torch.manual_seed(common.MODEL_SEED)
     model = GPT(config).to(device).eval()
-    net = common.maybe_compile(model, mode)
+    net = compiled(model, mode)
     autocast = common.autocast(device, precision)
     cache = KVCache(config, batch, context, device, common.torch_dtype(precision) or torch.float32)
     generator = torch.Generator().manual_seed(common.DATA_SEED + dist_env.rank)
@@ -93,7 +94,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
     def first_generation() -> None:
         generate()
 
-    compile_s = common.timed_compile(mode, first_generation, sync)
+    compile_info = first_calls(first_generation, sync, mode)
 
     def measure() -> int:
         prefill_ns, decode_ns = generate()
@@ -189,7 +190,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
         "world_size": dist_env.world_size,
         "rank": dist_env.rank,
         "distributed_env": dist_env.env,
-        **common.compile_derived(mode, compile_s, "the first whole generation (prefill and decode shapes)"),
+        **compile_info,
         **peak_info,
     }
     if dist_env.world_size > 1:

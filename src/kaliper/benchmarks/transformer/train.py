@@ -34,6 +34,7 @@ from kaliper import settings
 from kaliper.benchmarks.cnn.cnn_torch import DistEnv, ProcessGroup, distributed_env
 from kaliper.benchmarks.measurement import Measurement, MetricDef
 from kaliper.benchmarks.peaks import with_peak
+from kaliper.benchmarks.torch_compile import compiled, first_calls
 from kaliper.benchmarks.torch_support import (
     device_and_sync,
     peak_inputs,
@@ -104,7 +105,7 @@ def _measure(
         from torch.nn.parallel import DistributedDataParallel
 
         net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    net = common.maybe_compile(net, mode)
+    net = compiled(net, mode)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     autocast = common.autocast(device, precision)
@@ -126,7 +127,7 @@ def _measure(
             scaler.step(optimizer)
             scaler.update()
 
-    compile_s = common.timed_compile(mode, step, sync)
+    compile_info = first_calls(step, sync, mode, agree=None if group is None else group.agree)
     totals: list[float] = []
     tokens_per_step = batch * seq_len
 
@@ -204,7 +205,7 @@ def _measure(
         "world_size": dist_env.world_size,
         "rank": dist_env.rank,
         "distributed_env": dist_env.env,
-        **common.compile_derived(mode, compile_s, "the first training step (forward and backward compile)"),
+        **compile_info,
         **peak_info,
     }
     if group is not None:

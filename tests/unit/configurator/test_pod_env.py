@@ -241,9 +241,11 @@ def test_jobs_with_s3_env_pass_the_trainer_crds(tmp_path: Path, base: str, schem
 
 
 def test_builtin_templates_use_kaliper_env() -> None:
-    """The shipped templates build their containers with kaliper.container, hence kaliper.env."""
-    for path in BUILTIN_TEMPLATES.values():
-        assert "kaliper.container(" in path.read_text(), path
+    """The shipped templates build their containers with kaliper.container, hence kaliper.env (a
+    TrainJob's trainer with kaliper.trainer, hence kaliper.trainerEnv, which appends run.env too)."""
+    for kind, path in BUILTIN_TEMPLATES.items():
+        builder = "kaliper.trainer(" if kind == "TrainJob" else "kaliper.container("
+        assert builder in path.read_text(), path
 
 
 def test_env_names_match_what_storage_and_monitoring_read() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kaliper.execution.local_job import container_env
+from kaliper.execution.local_container import container_env
 from kaliper.execution.operator_env import LOCAL_HOST, trainer_env, trainjob_labels
 from kaliper.jobs.kubeflow import COMPLETION_INDEX_ANNOTATION
 from tests.support.paths import FIXTURES

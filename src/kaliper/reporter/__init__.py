@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kaliper.errors import InputError
+from kaliper.execution.cluster_documents import NOTHING, Unstored
 from kaliper.reporter.report import Report, build_report
 from kaliper.reporter.writers.html import report_html
 from kaliper.reporter.writers.outputs import report_markdown, results_csv
@@ -69,7 +70,11 @@ def _compare_stored(
 
 
 def write_report(
-    storage: Storage, experiment_id: str, replace: bool = False, include_contended: bool = False
+    storage: Storage,
+    experiment_id: str,
+    replace: bool = False,
+    include_contended: bool = False,
+    unstored: Unstored = NOTHING,
 ) -> ReportPaths:
     """Compute and store the report; identical inputs give identical files, so reruns are safe.
 
@@ -78,10 +83,14 @@ def write_report(
     Nothing is written before that decision, so a refusal leaves the stored report whole.
     Runs judged contended are left out of the statistics unless `include_contended`.
 
+    The runs' documents from Prometheus are stored before, by the command (`store_cluster_documents`,
+    kaliper.execution.cluster_documents), which hands over what it could not store (`unstored`); this
+    writes the report's files and derived caches only.
+
     The process settings that make a large report cheaper (no cyclic garbage collection while it is
     built, glibc's mmap threshold held) are its caller's: kaliper.cli.process.report_building.
     """
-    report = build_report(storage, experiment_id, include_contended)
+    report = build_report(storage, experiment_id, include_contended, unstored)
     # results.parquet first: its Arrow buffers peak while no other file is held yet.
     parquet = results_parquet(report)
     files = {

@@ -6,12 +6,15 @@ kaliper.reporter.parquet_rows), each run with its stored resources block and env
 from Prometheus stored before the report by the command writing it: kaliper.execution.cluster_documents;
 the report stores no run document), makes the comparisons (kaliper.reporter.baseline) and the summary
 document. The report is immutable; the writers (summary.json, results.csv, results.parquet, report.md,
-report.html, the Pushgateway push) are functions of it, so the order they run in does not matter.
+report.html, the Pushgateway push) are functions of it, so the order they run in does not matter; the rows
+of results.csv and results.parquet are a value apart (`ReportTables`), handed once to their writers and
+dropped before the comparisons are made.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,21 +61,42 @@ def _load_report_chunk(chunk: Chunk) -> ReportChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class ReportTables:
+    """The rows of results.csv and results.parquet of the report's trials, chunk by chunk: a value apart
+    from the report, handed once to the writers of those two files (`build_report`'s `tables`) and then
+    dropped, so a large report does not hold every run's rows while the rest of it is made."""
+
+    experiment: str
+    chunks: tuple[ReportChunk, ...]  # the report's trials, chunk by chunk, with their rows
+
+    @property
+    def trials(self) -> tuple[TrialResult, ...]:
+        return tuple(t for chunk in self.chunks for t in chunk.trials)
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     result: ExperimentResult
     comparisons: ReportComparisons
     summary: dict[str, Any]  # summary.json, as written
-    chunks: tuple[ReportChunk, ...]  # result.trials, chunk by chunk, with their rows of the tables
 
 
 def build_report(
-    storage: Storage, experiment_id: str, include_contended: bool = False, unstored: Unstored = NOTHING
+    storage: Storage,
+    experiment_id: str,
+    include_contended: bool = False,
+    unstored: Unstored = NOTHING,
+    tables: Callable[[ReportTables], None] | None = None,
 ) -> Report:
     """The report object; contended runs count in its statistics only with `include_contended`.
 
     It reads the stored documents only: the runs' resources and environment documents from Prometheus
     are stored before, by the command writing the report (kaliper.execution.cluster_documents), which
     hands over what it found but did not store (`unstored`). Nothing is written here.
+
+    The rows of results.csv and results.parquet are made where the trials are loaded; `tables` is given
+    them once, as soon as the experiment is loaded, before the comparisons and the summary are made, and
+    they are not kept (write_report writes the two files there: kaliper.reporter.writers).
 
     A large experiment is loaded by processes started here, before it is (kaliper.reporter.workers), a
     chunk of trials each, and its baseline by the same ones (`map_chunks`)."""
@@ -89,12 +113,24 @@ def build_report(
         )
         chunks = with_unstored(experiment, chunks, unstored)
         result = ExperimentResult(experiment, tuple(t for c in chunks for t in c.trials), include_contended)
+        if tables is not None:
+            tables(ReportTables(experiment.id, tuple(chunks)))
+        del chunks  # the rows: the trials stay in `result`
         comparisons = compare_for_report(storage, result, pool)  # the baseline, and stack against stack
     finally:
         if pool is not None:
             pool.close()
     summary = summary_document(result, comparisons)
-    return Report(result, comparisons, summary, tuple(chunks))
+    return Report(result, comparisons, summary)
+
+
+def report_and_tables(
+    storage: Storage, experiment_id: str, include_contended: bool = False, unstored: Unstored = NOTHING
+) -> tuple[Report, ReportTables]:
+    """The report and its tables' rows, both kept (for a caller that writes the tables after the report)."""
+    found: list[ReportTables] = []
+    report = build_report(storage, experiment_id, include_contended, unstored, found.append)
+    return report, found[0]
 
 
 # The resources block of every run without a stored one where no Prometheus is configured: one, read-only

@@ -57,10 +57,7 @@ def per_fingerprint(report: Report, url: str) -> int:
         record = trial.first_record
         if record is None:
             continue
-        # no rows of the tables (chunks): the push reads none
-        one = Report(
-            dataclasses.replace(report.result, trials=(trial,)), report.comparisons, report.summary, ()
-        )
+        one = Report(dataclasses.replace(report.result, trials=(trial,)), report.comparisons, report.summary)
         registry = CollectorRegistry()
         for group in summary_groups(one):
             for name, rows in group.series.items():

@@ -40,6 +40,7 @@ from typing import Any
 import pytest
 
 from kaliper.analysis.interference import Thresholds
+from kaliper.execution.cluster_documents import NOTHING, store_cluster_documents
 from kaliper.execution.cluster_environment import query_environment
 from kaliper.monitoring.deadline import prometheus_budget
 from kaliper.reporter import write_report
@@ -273,7 +274,9 @@ def test_noisy_node_is_contended_quiet_node_quiet_and_the_documents_are_read_bac
 ) -> None:
     server, root, experiment = copy
     monkeypatch.setenv("KALIPER_PROMETHEUS", server.url)
-    report = build_report(open_storage(f"file://{root}"), experiment)
+    storage = open_storage(f"file://{root}")
+    assert store_cluster_documents(storage, experiment).environment == {}  # Prometheus answered for all
+    report = build_report(storage, experiment)  # reads the stored documents
     found = {rep: stored(root, experiment, rep) for rep in range(5)}
     docs = {rep: doc for rep, doc in found.items() if doc is not None}
     assert len(docs) == 5, found
@@ -328,11 +331,14 @@ def test_second_report_reads_the_stored_documents_back_unchanged(
 ) -> None:
     server, root, experiment = copy
     monkeypatch.setenv("KALIPER_PROMETHEUS", server.url)
-    write_report(open_storage(f"file://{root}"), experiment)
+    storage = open_storage(f"file://{root}")
+    write_report(storage, experiment, unstored=store_cluster_documents(storage, experiment))
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     assert (stored(root, experiment, 0) or {}).get("verdict") == "contended"
     monkeypatch.setenv("KALIPER_PROMETHEUS", f"http://127.0.0.1:{free_port()}")  # asking would fail
-    write_report(open_storage(f"file://{root}"), experiment)  # raises if a report byte changed
+    storage = open_storage(f"file://{root}")
+    assert store_cluster_documents(storage, experiment).environment == {}  # nothing asked: all stored
+    write_report(storage, experiment)  # raises if a report byte changed
     after = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     # Nothing stored changed. A trial's derived samples file may be added beside the first report's (it
     # now covers the environment documents that report stored: kaliper.results.samples), never replaced.
@@ -350,7 +356,10 @@ def test_prometheus_down_stores_nothing_and_says_why(
     _server, root, experiment = copy
     url = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("KALIPER_PROMETHEUS", url)
-    report = build_report(open_storage(f"file://{root}"), experiment)
+    storage = open_storage(f"file://{root}")
+    unstored = store_cluster_documents(storage, experiment)
+    assert sorted(unstored.environment) == [("t000", rep) for rep in range(5)]
+    report = build_report(storage, experiment, unstored=unstored)
     assert all(stored(root, experiment, rep) is None for rep in range(5))
     for run in report.result.trials[0].runs:
         assert run.environment is not None and run.environment.verdict == "unknown"
@@ -363,7 +372,9 @@ def test_without_prometheus_nothing_is_asked_or_stored(
 ) -> None:
     _server, root, experiment = copy
     monkeypatch.delenv("KALIPER_PROMETHEUS", raising=False)
-    report = build_report(open_storage(f"file://{root}"), experiment)
+    storage = open_storage(f"file://{root}")
+    assert store_cluster_documents(storage, experiment) == NOTHING
+    report = build_report(storage, experiment)
     assert all(stored(root, experiment, rep) is None for rep in range(5))
     assert all(run.environment is None for run in report.result.trials[0].runs)
 

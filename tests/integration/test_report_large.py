@@ -13,7 +13,7 @@ from kaliper.reporter import write_report
 from kaliper.reporter.aggregate import ENV_WORKERS, load_experiment, report_workers
 from kaliper.reporter.baseline import ReportComparisons
 from kaliper.reporter.gpu import DETAIL_TRIALS
-from kaliper.reporter.report import build_report
+from kaliper.reporter.report import report_and_tables
 from kaliper.reporter.summary import summary_document
 from kaliper.reporter.writers.html import report_html
 from kaliper.reporter.writers.outputs import report_markdown, results_csv
@@ -44,13 +44,14 @@ def test_loading_with_workers_gives_the_same_report(tmp_path: Path, monkeypatch:
         "1",
     ):  # the report's chunks of trials, with their rows, loaded by 2 processes or here
         monkeypatch.setenv(ENV_WORKERS, workers)
-        reports.append(build_report(storage, exp))
-    assert len(reports[0].chunks) > 1 and len(reports[1].chunks) == 1
-    assert reports[0].summary == reports[1].summary
-    assert results_csv(reports[0]) == results_csv(reports[1])
-    assert results_parquet(reports[0]) == results_parquet(reports[1])  # every run's detail (summary: trials)
-    assert report_markdown(reports[0]) == report_markdown(reports[1])
-    assert report_html(reports[0]) == report_html(reports[1])
+        reports.append(report_and_tables(storage, exp))
+    (two, two_tables), (one, one_tables) = reports
+    assert len(two_tables.chunks) > 1 and len(one_tables.chunks) == 1
+    assert two.summary == one.summary
+    assert results_csv(two_tables) == results_csv(one_tables)
+    assert results_parquet(two_tables) == results_parquet(one_tables)  # every run's detail (summary: trials)
+    assert report_markdown(two) == report_markdown(one)
+    assert report_html(two) == report_html(one)
 
 
 def test_report_workers_setting(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,11 +12,11 @@ import pytest
 
 from kaliper.cli.process import reporting
 from kaliper.errors import SchemaVersionError
+from kaliper.execution.cluster_documents import run_window, store_cluster_documents
 from kaliper.execution.pipeline import run_spec
 from kaliper.monitoring.sampler import LocalSampler
 from kaliper.reporter import write_report
 from kaliper.reporter.aggregate import load_experiment
-from kaliper.reporter.report import run_window
 from kaliper.results.resources import load_resources
 from kaliper.spec import load_spec
 from kaliper.storage import layout, open_storage
@@ -84,7 +84,9 @@ def test_rerun_reads_stored_resources_instead_of_asking_prometheus(
     root, experiment = copy
     before = stored_documents(root)
     monkeypatch.setenv("KALIPER_PROMETHEUS", dead_prometheus())  # asking would give "unreachable"
-    write_report(open_storage(f"file://{root}"), experiment)  # would raise if any report byte changed
+    storage = open_storage(f"file://{root}")
+    assert not store_cluster_documents(storage, experiment).resources  # every run has its document
+    write_report(storage, experiment)  # would raise if any report byte changed
     assert stored_documents(root) == before  # (the report may add the trials' derived samples files)
 
 
@@ -98,7 +100,7 @@ def test_prometheus_down_is_stored_once_and_the_report_still_written(
     url = dead_prometheus()
     monkeypatch.setenv("KALIPER_PROMETHEUS", url)
     storage = open_storage(f"file://{root}")
-    write_report(storage, experiment)
+    write_report(storage, experiment, unstored=store_cluster_documents(storage, experiment))
     for rep in (0, 1):
         stored = load_resources(storage, layout.resources_key(experiment, "t000", rep))
         assert stored["available"] is False and stored["source"] == "prometheus" and url in stored["reason"]
@@ -121,7 +123,7 @@ def test_no_prometheus_and_nothing_stored_says_so(
     assert run.resources is None
     shutil.rmtree(root / layout.report_key(experiment, ""))
     storage = open_storage(f"file://{root}")
-    write_report(storage, experiment)
+    write_report(storage, experiment, unstored=store_cluster_documents(storage, experiment))
     assert load_resources(storage, layout.resources_key(experiment, "t000", 0))["source"] == "local-sampler"
     report = (root / layout.report_key(experiment, "report.md")).read_text()
     assert "| t000 | 0 | local-sampler |" in report

@@ -15,7 +15,7 @@ import yaml
 
 from kaliper.reporter.aggregate import TrialResult
 from kaliper.reporter.fingerprint import fingerprint
-from kaliper.reporter.report import Report, build_report, report_chunk
+from kaliper.reporter.report import Report, build_report
 from kaliper.storage import Storage
 from tests.support.synthetic import SPEC, build_records, plan_spec, write_experiment
 
@@ -49,7 +49,7 @@ def widen(report: Report, fingerprints: int) -> Report:
 
     trials = tuple(copy(i) for i in range(fingerprints))
     result = dataclasses.replace(report.result, trials=trials)
-    return Report(result, report.comparisons, report.summary, (report_chunk(result.experiment.id, trials),))
+    return Report(result, report.comparisons, report.summary)
 
 
 def fingerprints_of(report: Report) -> set[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from kaliper.execution.cluster_documents import store_cluster_documents
 from kaliper.execution.pipeline import Reporting
 from kaliper.reporter import ReportPaths, write_report
 from kaliper.reporter.bulk import bulk, steady_malloc
@@ -30,8 +31,12 @@ def report_building() -> Iterator[None]:
 
 
 def _write(storage: Storage, experiment: str, replace: bool, include_contended: bool) -> ReportPaths:
+    """The runs' documents from Prometheus stored first (the reporter only reads), then the report."""
+    unstored = store_cluster_documents(storage, experiment)
     with report_building():
-        return write_report(storage, experiment, replace=replace, include_contended=include_contended)
+        return write_report(
+            storage, experiment, replace=replace, include_contended=include_contended, unstored=unstored
+        )
 
 
 def reporting() -> Reporting[ReportPaths]:

@@ -1,7 +1,7 @@
 """What a cluster run saw of its neighbours, asked of Prometheus after the run (the `environment` block).
 
-A pod cannot read its node's `/proc/stat` the way the local executor does, so the reporter asks
-Prometheus for the run's window, per node the run's pods ran on:
+A pod cannot read its node's `/proc/stat` the way the local executor does, so Prometheus is asked for the
+run's window before the report (kaliper.execution.cluster_documents), per node the run's pods ran on:
 
 - the node's busy CPU (node_exporter `node_cpu_seconds_total`, every mode but idle, iowait and steal) minus
   the run's own pods' CPU on that node (cAdvisor `container_cpu_usage_seconds_total`): other processes;

@@ -265,7 +265,7 @@ def run_one(
             framework_version(plan.experiment.workload.get("framework")),
         )
     if prometheus_url(plan.experiment) is None:
-        # With Prometheus, the reporter asks it for the run's window; without, this sampling is all there
+        # With Prometheus, it is asked for the run's window before the report (cluster_documents); without, this sampling is all there
         # is: over the measurement's window when the primary replica stored its record, else the job's.
         window = _measurement_window(storage, plan, trial, repetition)
         if window is not None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kaliper.errors import InputError
-from kaliper.reporter.report import Report, build_report
+from kaliper.execution.cluster_documents import NOTHING, Unstored
+from kaliper.reporter.report import Report, ReportTables, build_report, report_and_tables
 from kaliper.reporter.writers.html import report_html
 from kaliper.reporter.writers.outputs import report_markdown, results_csv
 from kaliper.reporter.writers.parquet import results_parquet
@@ -69,7 +70,11 @@ def _compare_stored(
 
 
 def write_report(
-    storage: Storage, experiment_id: str, replace: bool = False, include_contended: bool = False
+    storage: Storage,
+    experiment_id: str,
+    replace: bool = False,
+    include_contended: bool = False,
+    unstored: Unstored = NOTHING,
 ) -> ReportPaths:
     """Compute and store the report; identical inputs give identical files, so reruns are safe.
 
@@ -78,16 +83,26 @@ def write_report(
     Nothing is written before that decision, so a refusal leaves the stored report whole.
     Runs judged contended are left out of the statistics unless `include_contended`.
 
+    The runs' documents from Prometheus are stored before, by the command (`store_cluster_documents`,
+    kaliper.execution.cluster_documents), which hands over what it could not store (`unstored`); this
+    writes the report's files and derived caches only.
+
     The process settings that make a large report cheaper (no cyclic garbage collection while it is
     built, glibc's mmap threshold held) are its caller's: kaliper.cli.process.report_building.
     """
-    report = build_report(storage, experiment_id, include_contended)
-    # results.parquet first: its Arrow buffers peak while no other file is held yet.
-    parquet = results_parquet(report)
+    tables: dict[str, bytes] = {}
+
+    def write_tables(rows: ReportTables) -> None:
+        # As soon as the experiment is loaded, so its rows are dropped before the rest of the report is
+        # made; results.parquet first: its Arrow buffers peak while no other file is held yet.
+        tables["results.parquet"] = results_parquet(rows)
+        tables["results.csv"] = results_csv(rows).encode()
+
+    report = build_report(storage, experiment_id, include_contended, unstored, write_tables)
     files = {
         "summary.json": dump_json(report.summary),
-        "results.csv": results_csv(report).encode(),
-        "results.parquet": parquet,
+        "results.csv": tables["results.csv"],
+        "results.parquet": tables["results.parquet"],
         "report.md": report_markdown(report).encode(),
         "report.html": report_html(report).encode(),
     }
@@ -129,6 +144,8 @@ __all__ = [
     "Report",
     "ReportDiffersError",
     "ReportPaths",
+    "ReportTables",
     "build_report",
+    "report_and_tables",
     "write_report",
 ]

@@ -2,33 +2,31 @@
 
 `build_report` loads the experiment (kaliper.reporter.aggregate) chunk by chunk, each chunk with its rows of
 results.csv and results.parquet made where its trials are loaded (`ReportChunk`: kaliper.reporter.csv_rows,
-kaliper.reporter.parquet_rows), gives each run its resources block (stored, or asked of Prometheus once and
-stored) and each cluster run its environment document (stored, or asked of Prometheus once and stored:
-kaliper.execution.cluster_environment), makes the comparisons (kaliper.reporter.baseline) and the summary
+kaliper.reporter.parquet_rows), each run with its stored resources block and environment document (those
+from Prometheus stored before the report by the command writing it: kaliper.execution.cluster_documents;
+the report stores no run document), makes the comparisons (kaliper.reporter.baseline) and the summary
 document. The report is immutable; the writers (summary.json, results.csv, results.parquet, report.md,
-report.html, the Pushgateway push) are functions of it, so the order they run in does not matter.
+report.html, the Pushgateway push) are functions of it, so the order they run in does not matter; the rows
+of results.csv and results.parquet are a value apart (`ReportTables`), handed once to their writers and
+dropped before the comparisons are made.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from kaliper.analysis.interference import Thresholds
-from kaliper.execution.cluster_environment import query_environment
+from kaliper.execution.cluster_documents import NOTHING, Unstored
 from kaliper.monitoring import prometheus
-from kaliper.monitoring.deadline import Budget, prometheus_budget
 from kaliper.reporter.aggregate import (
     Chunk,
     ExperimentResult,
     RunResult,
     TrialResult,
-    in_declared_order,
     load_chunk,
     map_chunks,
-    trial_metrics,
 )
 from kaliper.reporter.baseline import ReportComparisons, compare_for_report
 from kaliper.reporter.csv_rows import CsvRows, chunk_csv_rows
@@ -36,9 +34,8 @@ from kaliper.reporter.parquet_rows import ParquetRows, parquet_rows
 from kaliper.reporter.summary import summary_document
 from kaliper.reporter.workers import inherited_storage, pool_for
 from kaliper.results.documents import ExperimentDoc
-from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.results.readers import read_experiment
-from kaliper.results.resources import store_resources, unavailable
+from kaliper.results.resources import unavailable
 from kaliper.results.services import prometheus_url
 from kaliper.storage import Storage
 
@@ -64,15 +61,42 @@ def _load_report_chunk(chunk: Chunk) -> ReportChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class ReportTables:
+    """The rows of results.csv and results.parquet of the report's trials, chunk by chunk: a value apart
+    from the report, handed once to the writers of those two files (`build_report`'s `tables`) and then
+    dropped, so a large report does not hold every run's rows while the rest of it is made."""
+
+    experiment: str
+    chunks: tuple[ReportChunk, ...]  # the report's trials, chunk by chunk, with their rows
+
+    @property
+    def trials(self) -> tuple[TrialResult, ...]:
+        return tuple(t for chunk in self.chunks for t in chunk.trials)
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     result: ExperimentResult
     comparisons: ReportComparisons
     summary: dict[str, Any]  # summary.json, as written
-    chunks: tuple[ReportChunk, ...]  # result.trials, chunk by chunk, with their rows of the tables
 
 
-def build_report(storage: Storage, experiment_id: str, include_contended: bool = False) -> Report:
+def build_report(
+    storage: Storage,
+    experiment_id: str,
+    include_contended: bool = False,
+    unstored: Unstored = NOTHING,
+    tables: Callable[[ReportTables], None] | None = None,
+) -> Report:
     """The report object; contended runs count in its statistics only with `include_contended`.
+
+    It reads the stored documents only: the runs' resources and environment documents from Prometheus
+    are stored before, by the command writing the report (kaliper.execution.cluster_documents), which
+    hands over what it found but did not store (`unstored`). Nothing is written here.
+
+    The rows of results.csv and results.parquet are made where the trials are loaded; `tables` is given
+    them once, as soon as the experiment is loaded, before the comparisons and the summary are made, and
+    they are not kept (write_report writes the two files there: kaliper.reporter.writers).
 
     A large experiment is loaded by processes started here, before it is (kaliper.reporter.workers), a
     chunk of trials each, and its baseline by the same ones (`map_chunks`)."""
@@ -85,30 +109,28 @@ def build_report(storage: Storage, experiment_id: str, include_contended: bool =
             _load_report_chunk,
             include_contended=include_contended,
             pool=pool,
-            no_resources=None if prometheus_url(experiment) is not None else NO_PROMETHEUS,
+            no_resources=NOT_ASKED if prometheus_url(experiment) is not None else NO_PROMETHEUS,
         )
-        # Resources and environment documents, with one deadline for all of the report's Prometheus queries
-        chunks = attach_monitoring(storage, experiment, chunks, prometheus_budget())
+        chunks = with_unstored(experiment, chunks, unstored)
         result = ExperimentResult(experiment, tuple(t for c in chunks for t in c.trials), include_contended)
+        if tables is not None:
+            tables(ReportTables(experiment.id, tuple(chunks)))
+        del chunks  # the rows: the trials stay in `result`
         comparisons = compare_for_report(storage, result, pool)  # the baseline, and stack against stack
     finally:
         if pool is not None:
             pool.close()
     summary = summary_document(result, comparisons)
-    return Report(result, comparisons, summary, tuple(chunks))
+    return Report(result, comparisons, summary)
 
 
-def run_window(
-    started: datetime | None, finished: datetime | None, phases: dict[str, datetime | None] | None
-) -> tuple[datetime, datetime] | None:
-    """The measurement's window (the primary record's), else the job's running → finished phases."""
-    if started is not None and finished is not None and finished > started:
-        return started, finished
-    if phases:
-        start, end = phases.get("running") or phases.get("created"), phases.get("finished")
-        if start is not None and end is not None and end > start:
-            return start, end
-    return None
+def report_and_tables(
+    storage: Storage, experiment_id: str, include_contended: bool = False, unstored: Unstored = NOTHING
+) -> tuple[Report, ReportTables]:
+    """The report and its tables' rows, both kept (for a caller that writes the tables after the report)."""
+    found: list[ReportTables] = []
+    report = build_report(storage, experiment_id, include_contended, unstored, found.append)
+    return report, found[0]
 
 
 # The resources block of every run without a stored one where no Prometheus is configured: one, read-only
@@ -117,148 +139,41 @@ NO_PROMETHEUS: dict[str, Any] = unavailable(
     f"no Prometheus configured (spec monitoring.prometheus or {prometheus.ENV_URL}) "
     "and no local sampling stored for this run"
 )
+# Where Prometheus is configured, the block of a run whose document was not stored before the report
+# (kaliper.execution.cluster_documents, which the report commands run first) and that is not in `Unstored`.
+NOT_ASKED: dict[str, Any] = unavailable(
+    "no resources document stored for this run (Prometheus is asked by the commands that write reports, "
+    "before the report)"
+)
 
 
-def attach_monitoring(
-    storage: Storage, experiment: ExperimentDoc, chunks: list[ReportChunk], budget: Budget | None = None
+def with_unstored(
+    experiment: ExperimentDoc, chunks: list[ReportChunk], unstored: Unstored
 ) -> list[ReportChunk]:
-    """The chunks with every run given its resources block and each cluster run its environment document
-    (`attach_resources`, then `attach_environment`, over all the chunks); a chunk whose runs changed is
-    made again (its rows of the tables from its runs as they now are), the others are kept."""
-    budget = budget if budget is not None else prometheus_budget()
-    given = [attach_resources(storage, experiment, chunk.trials, budget) for chunk in chunks]
-    given = [attach_environment(storage, experiment, trials, budget) for trials in given]
-    return [
-        chunk if trials is chunk.trials else report_chunk(experiment.id, trials)
-        for chunk, trials in zip(chunks, given, strict=True)
-    ]
-
-
-def attach_resources(
-    storage: Storage, experiment: ExperimentDoc, trials: tuple[TrialResult, ...], budget: Budget | None = None
-) -> tuple[TrialResult, ...]:
-    """The trials with every run given its resources block, querying (and storing) those not stored yet
-    (a run without one where Prometheus is configured: else the loader gave it NO_PROMETHEUS); `trials`
-    itself where no run changed.
-
-    All the runs share one Prometheus budget (`KALIPER_PROMETHEUS_DEADLINE`): a hung or dead Prometheus
-    costs the report one deadline at most, and the runs after it say why they were not asked.
-    """
-    url = prometheus_url(experiment)
-    if url is None:
-        return trials
-    budget = budget if budget is not None else prometheus_budget()
-    out: list[TrialResult] = []
-    for trial in trials:
-        runs: list[RunResult] = []
-        for run in trial.runs:
-            if run.resources is not None:
+    """The chunks with the documents found but not stored before the report (`Unstored`: a run without a
+    time window, Prometheus not asked) given to their runs; a chunk whose runs changed is made again (its
+    rows of the tables from its runs as they now are), the others are kept. An `unknown` environment is
+    never contended, so the trials' statistics stay as loaded."""
+    if not unstored.resources and not unstored.environment:
+        return chunks
+    out: list[ReportChunk] = []
+    for chunk in chunks:
+        trials: list[TrialResult] = []
+        for trial in chunk.trials:
+            runs: list[RunResult] = []
+            for run in trial.runs:
+                key = (trial.doc.id, run.repetition)
+                resources = unstored.resources.get(key)
+                if resources is not None and run.resources == NOT_ASKED:
+                    run = dataclasses.replace(run, resources=resources)
+                environment = unstored.environment.get(key)
+                if environment is not None and run.environment is None:
+                    run = dataclasses.replace(run, environment=environment)
                 runs.append(run)
-                continue
-            primary = run.primary
-            window = run_window(
-                primary.started if primary else None,
-                primary.finished if primary else None,
-                run.launch.phases if run.launch else None,
-            )
-            if window is None:
-                block = unavailable("the run has no time window (it never started)")
-            else:
-                block = store_resources(
-                    storage,
-                    experiment.id,
-                    trial.doc.id,
-                    run.repetition,
-                    prometheus.query_run(
-                        url,
-                        window,
-                        experiment=experiment.id,
-                        trial=trial.doc.id,
-                        repetition=run.repetition,
-                        executor=run.launch.executor if run.launch else None,
-                        budget=budget,
-                    ),
-                )
-            runs.append(dataclasses.replace(run, resources=block))
-        same = all(a is b for a, b in zip(runs, trial.runs, strict=True))
-        out.append(trial if same else dataclasses.replace(trial, runs=tuple(runs)))
-    return trials if all(a is b for a, b in zip(out, trials, strict=True)) else tuple(out)
-
-
-def attach_environment(
-    storage: Storage, experiment: ExperimentDoc, trials: tuple[TrialResult, ...], budget: Budget | None = None
-) -> tuple[TrialResult, ...]:
-    """The trials with each cluster run without an environment document given one from Prometheus, stored
-    once; `trials` itself where no run was given one.
-
-    Local runs store theirs as they run. Without Prometheus (or with `sampling.interference.enabled`
-    false) nothing is asked or stored (the run stays
-    `unknown`, as runs made before interference was measured). When Prometheus cannot be asked (down,
-    hung, the report's deadline spent) nothing is stored either, so a later report asks again, and the
-    run carries an unstored `unknown` document saying why. The spec's `sampling.interference`
-    thresholds judge. A trial that gains a contended run has its statistics made again without it.
-    """
-    url = prometheus_url(experiment)
-    section = experiment.sampling.get("interference")
-    if url is None or (isinstance(section, dict) and section.get("enabled") is False):
-        return trials
-    budget = budget if budget is not None else prometheus_budget()
-    thresholds: Thresholds | None = None
-    out: list[TrialResult] = []
-    for trial in trials:
-        changed = False  # a run judged contended
-        runs: list[RunResult] = []
-        for run in trial.runs:
-            runs.append(run)
-            if run.environment is not None or run.launch is None or run.launch.executor == "local":
-                continue
-            primary = run.primary
-            window = run_window(
-                primary.started if primary else None,
-                primary.finished if primary else None,
-                run.launch.phases,
-            )
-            if window is None:
-                continue  # never ran: nothing to judge
-            if thresholds is None:
-                thresholds = interference_thresholds(experiment.sampling)
-            found = query_environment(
-                url,
-                window,
-                experiment=experiment.id,
-                trial=trial.doc.id,
-                repetition=run.repetition,
-                thresholds=thresholds,
-                budget=budget,
-            )
-            if isinstance(found, str):
-                found = EnvironmentDoc(
-                    experiment=experiment.id,
-                    trial=trial.doc.id,
-                    repetition=run.repetition,
-                    source="prometheus",
-                    verdict="unknown",
-                    reasons=[found],
-                )
-            else:
-                store_environment(storage, found)
-                changed = changed or found.verdict == "contended"
-            runs[-1] = dataclasses.replace(run, environment=found)
-        if all(a is b for a, b in zip(runs, trial.runs, strict=True)):
-            out.append(trial)
-            continue
-        metrics = trial.metrics
-        if changed and not trial.include_contended:
-            counted = [r for r in runs if r.measured and r.primary is not None and not r.contended]
-            metrics = in_declared_order(trial_metrics(counted), experiment.workload)
-        out.append(TrialResult(trial.doc, tuple(runs), metrics, trial.include_contended))
-    return trials if all(a is b for a, b in zip(out, trials, strict=True)) else tuple(out)
-
-
-def interference_thresholds(sampling: dict[str, Any]) -> Thresholds:
-    """The spec's `sampling.interference` thresholds (the keys Thresholds knows), else the defaults."""
-    section = sampling.get("interference")
-    if not isinstance(section, dict):
-        return Thresholds()
-    known = set(Thresholds.__dataclass_fields__)
-    return Thresholds.from_dict({k: v for k, v in section.items() if k in known})
+            same = all(a is b for a, b in zip(runs, trial.runs, strict=True))
+            trials.append(trial if same else dataclasses.replace(trial, runs=tuple(runs)))
+        if all(a is b for a, b in zip(trials, chunk.trials, strict=True)):
+            out.append(chunk)
+        else:
+            out.append(report_chunk(experiment.id, tuple(trials)))
+    return out

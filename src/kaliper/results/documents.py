@@ -176,7 +176,7 @@ class ResourcesDoc(Document):
 
     Stored once per run as `runs/<repetition>/resources.json` (records are never rewritten, so resources
     cannot go into them afterwards): by the local executor from its own sampling when no Prometheus is
-    configured, else by the first reporter pass from Prometheus. Rerunning the reporter reads it back
+    configured, else from Prometheus before the first report (kaliper.execution.cluster_documents). Rerunning the reporter reads it back
     instead of querying again, so the report stays the same.
     """
 

@@ -4,8 +4,8 @@ run saw of its neighbours, and whether it counts as `quiet` or `contended`.
 Why a document per run beside the records, not a field in each record: the window, the node's CPU and the
 calibration probe belong to the run (all its replicas share them), the executor or the reporter measures
 them, not the replica, and records are written once by the replicas and never rewritten. Like resources.json
-it is stored once (by the local executor; on a cluster by the first reporter pass, from Prometheus) and read
-back by every later report. Absent for runs made before it existed: such runs are `unknown`, and count as
+it is stored once (by the local executor; on a cluster from Prometheus, before the first report:
+kaliper.execution.cluster_documents) and read back by every later report. Absent for runs made before it existed: such runs are `unknown`, and count as
 quiet (reports of old experiments are unchanged).
 """
 

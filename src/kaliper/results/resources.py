@@ -1,9 +1,9 @@
 """A run's resources block (`kaliper.resources/v1`, `runs/<repetition>/resources.json`): stored once, read back.
 
 Result records are never rewritten, so what a run used lives beside them. The local executor stores it
-from its own sampling when no Prometheus is configured; otherwise the first reporter pass stores what
-Prometheus answered, whatever it is (figures, or why there are none), so a rerun of the reporter reads
-the same document back and gives the same report.
+from its own sampling when no Prometheus is configured; otherwise the commands that write a report store
+what Prometheus answered before the report (kaliper.execution.cluster_documents), whatever it is (figures,
+or why there are none), so a rerun of the reporter reads the same document back and gives the same report.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kaliper.execution.cluster_documents import store_cluster_documents
 from kaliper.reporter import ReportPaths, write_report
 from kaliper.steps.configure import load_step_spec, step_experiment_id
 from kaliper.storage import open_storage
@@ -14,7 +15,10 @@ def report_step(
     workflow_created: str,
     templates_json: str | None = None,
 ) -> ReportPaths:
-    """`templates_json`: the spec's template files (a workflow parameter), which its loader checks exist."""
+    """`templates_json`: the spec's template files (a workflow parameter), which its loader checks exist.
+    The runs' documents from Prometheus are stored first (the reporter only reads), then the report."""
     loaded = load_step_spec(spec_text, templates_json)
     experiment = step_experiment_id(loaded, workflow_name, workflow_created)
-    return write_report(open_storage(storage_url), experiment)
+    storage = open_storage(storage_url)
+    unstored = store_cluster_documents(storage, experiment)
+    return write_report(storage, experiment, unstored=unstored)

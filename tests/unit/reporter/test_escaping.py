@@ -20,7 +20,7 @@ import yaml
 
 from kaliper.configurator import write_plan
 from kaliper.reporter.formatting import csv_cell, md_fence, md_text
-from kaliper.reporter.report import Report, build_report
+from kaliper.reporter.report import Report, ReportTables, report_and_tables
 from kaliper.reporter.writers.html import report_html
 from kaliper.reporter.writers.html_page import SCRIPT
 from kaliper.reporter.writers.outputs import report_markdown, results_csv
@@ -56,7 +56,17 @@ def _record(data: bytes, edit: dict[str, Any]) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
+def report(built: tuple[Report, ReportTables]) -> Report:
+    return built[0]
+
+
+@pytest.fixture(scope="module")
+def tables(built: tuple[Report, ReportTables]) -> ReportTables:
+    return built[1]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Report, ReportTables]:
     """One trial per hostile string (as a swept `label`), the last run failed with a hostile error."""
     with pytest.MonkeyPatch.context() as mp:
         for name in ("KALIPER_PROMETHEUS", "KALIPER_PUSHGATEWAY"):
@@ -114,7 +124,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
             storage.put_json(layout.launch_key(exp.id, trial.doc.id, rep), to_document(launch))
         for key, data in records:
             storage.put(key, data)
-        return build_report(storage, exp.id)
+        return report_and_tables(storage, exp.id)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -206,8 +216,8 @@ def test_report_md_has_no_raw_markup_and_tables_keep_their_shape(report: Report)
 # ---------------------------------------------------------------------------------------------- results.csv
 
 
-def test_results_csv_has_no_formulatable_cells(report: Report) -> None:
-    rows = list(csv.reader(io.StringIO(results_csv(report))))
+def test_results_csv_has_no_formulatable_cells(tables: ReportTables) -> None:
+    rows = list(csv.reader(io.StringIO(results_csv(tables))))
     header, body = rows[0], rows[1:]
     assert len(body) == len(HOSTILE)
     for row in rows:
@@ -218,7 +228,7 @@ def test_results_csv_has_no_formulatable_cells(report: Report) -> None:
     labels = [row[header.index("param.label")] for row in body]
     assert '\'=HYPERLINK("http://x")' in labels and "'+1+1" in labels and "'@SUM(1)" in labels
     assert {row[header.index("param.offset")] for row in body} == {"-3"}  # a number stays a number
-    assert "SECRET" not in results_csv(report)
+    assert "SECRET" not in results_csv(tables)
 
 
 # ---------------------------------------------------------------------------------------------- report.html

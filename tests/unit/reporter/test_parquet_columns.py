@@ -17,7 +17,7 @@ import pytest
 import kaliper.reporter.parquet_rows as parquet_rows
 import kaliper.reporter.writers.parquet as parquet
 from kaliper.reporter.arrow_columns import arrow_column, indices, list_column
-from kaliper.reporter.report import build_report
+from kaliper.reporter.report import report_and_tables
 from kaliper.reporter.workers import ENV_WORKERS
 from kaliper.storage import open_storage
 from tests.support.synthetic import build_records, plan_spec, sweep_doc, write_experiment
@@ -83,17 +83,17 @@ def test_the_file_does_not_depend_on_the_chunk_size(tmp_path: Path, monkeypatch:
     plan = plan_spec(doc, storage.url)
     write_experiment(storage, plan, build_records(plan, samples=5)[:-1])  # one run without a record
     exp = plan.experiment.id
-    whole = parquet.results_parquet(build_report(storage, exp))
+    whole = parquet.results_parquet(report_and_tables(storage, exp)[1])
     monkeypatch.setattr(parquet_rows, "CHUNK_TRIALS", 5)  # record batches of 5 trials where loaded
-    assert parquet.results_parquet(build_report(storage, exp)) == whole
+    assert parquet.results_parquet(report_and_tables(storage, exp)[1]) == whole
     monkeypatch.setattr(parquet_rows, "CHUNK_TRIALS", 1)
-    assert parquet.results_parquet(build_report(storage, exp)) == whole
+    assert parquet.results_parquet(report_and_tables(storage, exp)[1]) == whole
     monkeypatch.setenv(ENV_WORKERS, "3")  # chunks of trials loaded by 3 processes
-    report = build_report(storage, exp)
-    assert len(report.chunks) > 1
-    assert parquet.results_parquet(report) == whole
+    _report, tables = report_and_tables(storage, exp)
+    assert len(tables.chunks) > 1
+    assert parquet.results_parquet(tables) == whole
     # one chunk per column, as if built in one piece: the writer's pages follow the chunks (at 20,000
     # records two chunks gave other bytes; this experiment is too small to show it in the file)
-    assert all(column.num_chunks == 1 for column in parquet.results_table(report).columns)
+    assert all(column.num_chunks == 1 for column in parquet.results_table(tables).columns)
     # rows are sorted by trial whatever the order trials were loaded in
-    assert parquet.results_parquet(dataclasses.replace(report, chunks=report.chunks[::-1])) == whole
+    assert parquet.results_parquet(dataclasses.replace(tables, chunks=tables.chunks[::-1])) == whole

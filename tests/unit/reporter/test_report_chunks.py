@@ -7,6 +7,7 @@ parameters or metrics than the experiment's."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import shutil
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,9 @@ from typing import Any
 import pytest
 
 import kaliper.reporter.aggregate as aggregate
-from kaliper.reporter import REPORT_FILES, build_report, write_report
+import kaliper.reporter.report as report_module
+from kaliper.reporter import REPORT_FILES, report_and_tables, write_report
+from kaliper.reporter.baseline import compare_for_report
 from kaliper.reporter.csv_rows import CsvRows, csv_rows, csv_shape, widen
 from kaliper.reporter.writers.outputs import results_csv
 from kaliper.results.environment import EnvironmentDoc, store_environment
@@ -80,15 +83,15 @@ def test_a_chunk_of_fewer_columns_is_widened_to_the_experiments(
     """Each chunk writes its rows in its own columns; the writer lays them out in the experiment's."""
     storage, exp = experiment(tmp_path, stacks=True, environment=True)
     monkeypatch.setenv(aggregate.ENV_WORKERS, "3")
-    report = build_report(storage, exp)
-    assert len(report.chunks) > 1
+    report, tables = report_and_tables(storage, exp)
+    assert len(tables.chunks) > 1 and tables.trials == report.result.trials
     shape = csv_shape(report.result.trials)
     assert shape.known and shape.stacked
-    assert any(chunk.csv.shape != shape for chunk in report.chunks)  # some chunk is narrower
+    assert any(chunk.csv.shape != shape for chunk in tables.chunks)  # some chunk is narrower
     monkeypatch.setenv(aggregate.ENV_WORKERS, "1")
-    one = build_report(storage, exp)
+    _one, one = report_and_tables(storage, exp)
     assert len(one.chunks) == 1 and one.chunks[0].csv.shape == shape
-    assert results_csv(report) == results_csv(one)
+    assert results_csv(tables) == results_csv(one)
     # a chunk of one stack, without environment documents, naming fewer parameters and metrics than the
     # experiment (here: the experiment's names and one more, sorted in between)
     trials = report.result.trials
@@ -102,3 +105,29 @@ def test_a_chunk_of_fewer_columns_is_widened_to_the_experiments(
     )
     stack_of = {t.doc.id: t.doc.stack.name for t in trials}
     assert widen(CsvRows(have, csv_rows(part, have)), wider, stack_of) == csv_rows(part, wider)
+
+
+def test_the_rows_are_written_and_dropped_before_the_comparisons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """write_report makes results.csv and results.parquet as soon as the experiment is loaded; no chunk
+    with its rows is alive while the comparisons (and after them the summary, report.md, report.html)
+    are made, so a large report does not hold every run's rows to the end."""
+    storage, exp = experiment(tmp_path, stacks=False, environment=False)
+    seen: list[str] = []
+    made = report_module.ReportChunk
+
+    def tables(rows: report_module.ReportTables) -> None:
+        seen.append(f"tables of {len(rows.trials)} trials")
+
+    def comparisons(*args: Any, **kwargs: Any) -> Any:
+        alive = sum(1 for o in gc.get_objects() if isinstance(o, made))
+        seen.append(f"comparisons with {alive} chunks alive")
+        return compare_for_report(*args, **kwargs)
+
+    monkeypatch.setattr(report_module, "compare_for_report", comparisons)
+    report_module.build_report(storage, exp, tables=tables)
+    assert seen == ["tables of 12 trials", "comparisons with 0 chunks alive"]
+    seen.clear()
+    write_report(storage, exp)
+    assert seen == ["comparisons with 0 chunks alive"]

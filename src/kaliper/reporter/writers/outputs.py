@@ -50,19 +50,19 @@ from kaliper.reporter.gpu import (
     telemetry,
     window_s,
 )
-from kaliper.reporter.report import Report
+from kaliper.reporter.report import Report, ReportTables
 from kaliper.reporter.verdict_tables import markdown_lines
 
 
-def results_csv(report: Report) -> str:
+def results_csv(tables: ReportTables) -> str:
     """One row per result record (every replica of every run, failures included); with environment
     documents, the run's interference verdict and reason in two more columns; with several stacks,
     the stack's name last. The rows are those each chunk of trials has where it was loaded
     (kaliper.reporter.csv_rows), in the experiment's columns."""
-    trials = report.result.trials
+    trials = tables.trials
     shape = csv_shape(trials)
     stack_of = {t.doc.id: t.doc.stack.name for t in trials} if shape.stacked else {}
-    return csv_header(shape) + "".join(widen(chunk.csv, shape, stack_of) for chunk in report.chunks)
+    return csv_header(shape) + "".join(widen(chunk.csv, shape, stack_of) for chunk in tables.chunks)
 
 
 def _metric_cell(trial: TrialResult, name: str) -> str:

@@ -29,7 +29,7 @@ from kaliper.reporter.parquet_rows import (
     results_schema,
     run_schema,
 )
-from kaliper.reporter.report import Report
+from kaliper.reporter.report import ReportTables
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["PARAM_PREFIX", "PARQUET_SCHEMA", "pool", "results_parquet", "results_table"]
 
 
-def results_table(report: Report) -> pa.Table:
+def results_table(tables: ReportTables) -> pa.Table:
     """The report's runs as an Arrow table (the schema of results.parquet), rows sorted.
 
     From the rows each chunk of trials has where it was loaded (kaliper.reporter.parquet_rows: compact
@@ -48,12 +48,12 @@ def results_table(report: Report) -> pa.Table:
     import pyarrow as pa
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-    trials = tuple(t for chunk in report.chunks for t in chunk.trials)  # in the rows' order
+    trials = tables.trials  # in the rows' order
     kinds = param_kinds(trials)
-    schema = results_schema(report.result.experiment.id, kinds)
-    rows = [chunk.parquet for chunk in report.chunks]
+    schema = results_schema(tables.experiment, kinds)
+    rows = [chunk.parquet for chunk in tables.chunks]
     batches = [batch for part in rows for batch in part.batches]
-    runs = pa.Table.from_batches(batches, schema=run_schema(report.result.experiment.id))
+    runs = pa.Table.from_batches(batches, schema=run_schema(tables.experiment))
     keys = [key for part in rows for key in part.keys]
     counts = np.fromiter(chain.from_iterable(part.trial_rows for part in rows), dtype=np.int64)
     trial_of_row = indices(np.repeat(np.arange(len(trials), dtype=np.int64), counts))
@@ -82,12 +82,12 @@ def pool() -> pa.MemoryPool:
     return pa.system_memory_pool()
 
 
-def results_parquet(report: Report) -> bytes:
+def results_parquet(tables: ReportTables) -> bytes:
     """results.parquet's bytes: zstd, statistics on; no write time anywhere."""
     import pyarrow as pa
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-    table = results_table(report)
+    table = results_table(tables)
     sink = pa.BufferOutputStream()
     pq.write_table(
         table,

@@ -303,3 +303,25 @@ def test_the_training_role_gains_nothing() -> None:
 def test_a_named_service_account_is_kept(tmp_path: Path) -> None:
     text = EXAMPLE.read_text() + "workflow: {service_account: my-serving}\n"
     assert cluster_plan(_spec(tmp_path, text)).service_account == "my-serving"
+
+
+def test_the_configure_step_gives_the_load_generator_the_service_url(tmp_path: Path) -> None:
+    """What the workflow's configure pod stores: the trial's job runs the load generator against the
+    Service, and starts no server of its own."""
+    import json
+
+    from kaliper.steps.configure import configure_step
+
+    done = configure_step(
+        EXAMPLE.read_text(),
+        f"file://{tmp_path}/results",
+        "kaliper-serve-llm-cluster-x7k2p",
+        "2026-01-01T00:00:00Z",
+        tmp_path / "runs.json",
+        tmp_path / "experiment",
+    )
+    trial = tmp_path / "results" / "experiments" / done.experiment / "trials" / "t000"
+    params = json.loads((trial / "trial.json").read_text())["params"]
+    assert params["url"] == "http://kaliper-serve-llm-cluster-server:18080/v1/completions"
+    assert params["command"] == ""
+    assert "kaliper-serve-llm-cluster-server:18080" in (trial / "job.yaml").read_text()

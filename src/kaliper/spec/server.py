@@ -138,9 +138,12 @@ class ServerSpec(StrictModel):
         if where == "cluster":
             return {"url": self.cluster_url(spec_name, namespace), "command": "", "ready_url": ""}
         base = f"http://127.0.0.1:{self.port}"
+        # `env` as env(1) in front of the argv (still no shell); secret_env's variables come from the
+        # user's own environment, which the started server inherits (a Secret exists only on a cluster)
+        assignments = ["env", *(f"{k}={v}" for k, v in sorted(self.env.items()))] if self.env else []
         return {
             "url": base + self.path,
-            "command": shlex.join([*self.command, *self.args]),
+            "command": shlex.join([*assignments, *self.command, *self.args]),
             "ready_url": base + self.readiness_path,
             "startup_deadline": f"{self.ready_timeout:g}s",
         }

@@ -203,6 +203,8 @@ def test_the_load_generator_targets_the_service_on_a_cluster_and_a_process_local
     (local,) = configure(loaded, "e", "file:///x", dump=False).trials
     assert local.doc.params["url"] == "http://127.0.0.1:18080/v1/completions"
     assert shlex.split(str(local.doc.params["command"])) == [
+        "env",
+        "OMP_NUM_THREADS=1",
         "python",
         "-m",
         "kaliper.benchmarks.serve.demo_server",

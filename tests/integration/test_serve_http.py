@@ -270,3 +270,38 @@ def test_kaliper_run_against_an_unreachable_server_fails_the_run_and_writes_the_
     assert record["status"] == "failed" and "unreachable" in record["error"]
     (report,) = (tmp_path / "results").glob("experiments/*/report/report.md")
     assert "failed" in report.read_text()
+
+
+def test_kaliper_run_starts_the_specs_server_section_as_a_process_and_stops_it(
+    tmp_path: Path, kaliper: Any
+) -> None:
+    """The cluster spec's `server:` section on one machine: the server is a process beside the load
+    generator (the local half of `examples/serve-llm-cluster.yaml`), reached on 127.0.0.1, and gone after."""
+    port = free_port()
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: serve-server-section\n"
+        "workload:\n  name: serve\n  framework: numpy\n"
+        "  params: {sut: http, scenario: Server, target_qps: 50, latency_percentile: 0.5, latency_bound: 2s,"
+        " min_duration: 1s, min_query_count: 100, max_tokens: 4}\n"
+        "server:\n"
+        f"  image: ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0\n  command: [{sys.executable}, -m,"
+        " kaliper.benchmarks.serve.demo_server]\n"
+        f"  args: [--port, '{port}', --model, tiny, --token-delay-ms, '1']\n"
+        "  cluster_args: [--host, 0.0.0.0]\n"
+        f"  port: {port}\n  ready_timeout: 60s\n"
+        "repetitions: 1\n"
+        "job: {kind: PyTorchJob, replicas: {Master: 1}, image: ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0, timeout: 5m}\n"
+        f"storage: file://{tmp_path}/results\n"
+    )
+    done = kaliper("run", str(spec))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (trial_path,) = (tmp_path / "results").glob("experiments/*/trials/t000/trial.json")
+    trial_params = json.loads(trial_path.read_text())["params"]
+    assert trial_params["url"] == f"http://127.0.0.1:{port}/v1/completions"
+    assert "--host" not in trial_params["command"]  # cluster_args stay on the cluster
+    (record_path,) = (tmp_path / "results").glob("experiments/*/trials/*/runs/0/master-0.json")
+    record = json.loads(record_path.read_text())
+    assert record["status"] == "ok", record.get("error")
+    with socket.socket() as probe:  # the server was stopped: its port refuses connections
+        assert probe.connect_ex(("127.0.0.1", port)) != 0

@@ -166,3 +166,71 @@ def argo_problems(document: dict[str, Any], schemas_dir: Path) -> list[str]:
     if document.get("apiVersion") != "argoproj.io/v1alpha1":
         problems.append(f"apiVersion: {document.get('apiVersion')!r}, expected argoproj.io/v1alpha1")
     return problems
+
+
+# Kubernetes core v1 and apps/v1 (Service, Deployment): the OpenAPI (v2) definitions of Kubernetes v1.31 as
+# kubernetes-client/python v31.0.0 ships them (data/schemas/README.md). Unknown fields are made errors
+# (kubectl's default `--validate=strict`, the API server's fieldValidation=Strict), and IntOrString, which
+# the document types as a string with format int-or-string, accepts both (a Service's targetPort).
+KUBERNETES_DIR = "kubernetes-v1.31"
+KUBERNETES_KINDS = {
+    ("apps/v1", "Deployment"): "io.k8s.api.apps.v1.Deployment",
+    ("v1", "Service"): "io.k8s.api.core.v1.Service",
+}
+INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
+
+
+def _strict(definition: dict[str, Any]) -> dict[str, Any]:
+    if definition.get("type") == "object" and "properties" in definition:
+        return {**definition, "additionalProperties": False}
+    return definition
+
+
+@functools.cache
+def _kubernetes_definitions(path: Path) -> dict[str, Any]:
+    definitions = json.loads(path.read_text())["definitions"]
+    strict = {name: _strict(d) for name, d in definitions.items()}
+    strict[INT_OR_STRING] = {"anyOf": [{"type": "integer"}, {"type": "string"}]}
+    return strict
+
+
+def kubernetes_problems(document: dict[str, Any], schemas_dir: Path) -> list[str]:
+    """Errors of a Deployment or Service against the Kubernetes v1.31 definitions (unknown keys included)."""
+    from jsonschema import Draft4Validator
+
+    key = (document.get("apiVersion"), document.get("kind"))
+    if key not in KUBERNETES_KINDS:
+        return [f"apiVersion/kind: {key!r} is not one of {sorted(KUBERNETES_KINDS)}"]
+    definitions = _kubernetes_definitions(schemas_dir / KUBERNETES_DIR / "swagger.json")
+    gvk = definitions[KUBERNETES_KINDS[key]].get("x-kubernetes-group-version-kind", [])
+    group, version = key[0].rpartition("/")[::2]
+    assert {"group": group, "version": version, "kind": key[1]} in gvk
+    schema = {"$ref": f"#/definitions/{KUBERNETES_KINDS[key]}", "definitions": definitions}
+    return [
+        f"{'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+        for e in Draft4Validator(schema, format_checker=FORMATS).iter_errors(document)
+    ]
+
+
+KSERVE_CRD = "kserve-v0.15.0/serving.kserve.io_inferenceservices.yaml"
+
+
+def kserve_problems(document: dict[str, Any], schemas_dir: Path) -> list[str]:
+    """Errors of an InferenceService against KServe v0.15.0's CRD (v1beta1), as `crd_problems` does for jobs."""
+    crd_doc = crd(schemas_dir / KSERVE_CRD)
+    assert crd_doc["spec"]["group"] == "serving.kserve.io"
+    assert crd_doc["spec"]["names"]["kind"] == "InferenceService"
+    (version,) = [v for v in crd_doc["spec"]["versions"] if v["name"] == "v1beta1"]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    problems = [
+        f"{'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+        for e in Draft7Validator(schema, format_checker=FORMATS).iter_errors(document)
+    ]
+    if (
+        document.get("apiVersion") != "serving.kserve.io/v1beta1"
+        or document.get("kind") != "InferenceService"
+    ):
+        problems.append("apiVersion/kind: expected serving.kserve.io/v1beta1 InferenceService")
+    problems += [f"{p}: unknown field, would be pruned" for p in pruned_fields(document, schema)]
+    problems += list(list_map_duplicates(document, schema))
+    return problems

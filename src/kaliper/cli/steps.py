@@ -1,10 +1,10 @@
-"""`kaliper step configure|launch|launch-chunk|report`: what the workflow's pods run (not meant to be typed by hand)."""
+"""`kaliper step configure|launch|launch-chunk|server-ready|report`: what the workflow's pods run (not meant to be typed by hand)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -235,6 +235,24 @@ def step_report(
         paths = report_step(spec_text, storage, workflow_name, workflow_created, templates_json)
     print(f"report: {paths.markdown}")
     print(f"summary: {paths.summary}")
+
+
+@step_app.command("server-ready")
+def step_server_ready(
+    kind: Annotated[str, typer.Option(help="deployment or kserve (the spec's server.kind).")],
+    name: Annotated[str, typer.Option(help="The Deployment or InferenceService.")],
+    namespace: Annotated[str, typer.Option(help="Its namespace.")],
+    replicas: Annotated[int, typer.Option(min=1, help="Replicas that must be available (deployment).")] = 1,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait (server.ready_timeout).")] = 600.0,
+) -> None:
+    """Wait until the workflow's inference server is ready (Deployment Available, InferenceService Ready)."""
+    from kaliper.execution.server_ready import getter, wait_server_ready
+
+    if kind not in ("deployment", "kserve"):
+        raise InputError(f"--kind: expected deployment or kserve, found {kind!r}")
+    server_kind: Literal["deployment", "kserve"] = "kserve" if kind == "kserve" else "deployment"
+    state = wait_server_ready(getter(server_kind, name, namespace), server_kind, name, replicas, timeout)
+    print(f"ready: {kind} {name}: {state}")
 
 
 def register(app: typer.Typer) -> None:

@@ -28,6 +28,7 @@ from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_TRIAL
 from kaliper.jobs.manifest import replica_counts
 from kaliper.results.documents import ExperimentDoc, JobRef, StackRef, TrialDoc, to_document
 from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
+from kaliper.spec.server import Where
 from kaliper.storage import Storage, layout
 from kaliper.storage.base import dump_json
 
@@ -80,8 +81,11 @@ def _stacks(spec: BenchmarkSpec) -> list[StackSpec]:
     return spec.stacks or [StackSpec(name="default", image=spec.job.image)]
 
 
-def _trial_params(spec: BenchmarkSpec, point: dict[str, Any]) -> dict[str, Any]:
-    given = {**spec.workload.params, **point}
+def _trial_params(spec: BenchmarkSpec, point: dict[str, Any], server_at: Where = "local") -> dict[str, Any]:
+    """`server_at`: where the spec's `server:` runs (kaliper.spec.server), which decides the serve
+    workload's url and whether it starts the server itself."""
+    server = {} if spec.server is None else spec.server.serve_params(spec.name, spec.job.namespace, server_at)
+    given = {**spec.workload.params, **point, **server}
     if spec.workload.name is None:
         return given
     definition = get_workload(spec.workload.name)
@@ -94,6 +98,7 @@ def configure(
     storage_url: str | None = None,
     now: datetime | None = None,
     dump: bool = True,
+    server_at: Where = "local",
 ) -> ExperimentPlan:
     """Expand the spec into trials and render each trial's job; nothing is written. `dump`: job.yaml of
     each trial is made while the template workers render the next ones (for a plan that is written;
@@ -123,7 +128,7 @@ def configure(
     pending: list[tuple[int, StackSpec, dict[str, Any], dict[str, Any], dict[str, Any]]] = []
     for index, (stack, point) in enumerate(itertools.product(_stacks(spec), matrix_points(spec.matrix))):
         trial_id = f"t{index:03d}"
-        params = _trial_params(spec, point)
+        params = _trial_params(spec, point, server_at)
         image = stack.image or spec.job.image
         run: dict[str, Any] = {
             "experiment": experiment_id,

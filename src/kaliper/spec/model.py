@@ -36,6 +36,7 @@ from kaliper.spec.job import (
     check_image,
 )
 from kaliper.spec.kubenames import check_dns1035_label, check_dns1123_subdomain, require
+from kaliper.spec.server import DERIVED_PARAMS, ServerSpec
 from kaliper.spec.services import MonitoringSpec, ReportSpec, S3Spec, StrictModel
 from kaliper.spec.stack import StackSpec
 from kaliper.spec.workload import MAX_TEXT, Scalar, WorkloadSpec, param_names, placeholders
@@ -214,6 +215,11 @@ class BenchmarkSpec(StrictModel):
         default_factory=WorkflowSpec,
         description="how the cluster front-ends run the steps; `kaliper run` ignores it",
     )
+    server: ServerSpec | None = Field(
+        None,
+        description="the inference server a `serve` (sut: http) spec benchmarks: on a cluster a Deployment + "
+        "Service or a KServe InferenceService the workflow creates and deletes, locally a process",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -276,6 +282,21 @@ class BenchmarkSpec(StrictModel):
                         f"workload.command[{i}]: placeholder {{{name}}} has no parameter; give {name} in "
                         f"workload.params or matrix (parameters: {have}; write {{{{ and }}}} for literal braces)"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _server_is_for_http_serving(self) -> BenchmarkSpec:
+        """`server:` decides the serve workload's url, command, ready_url and startup_deadline
+        (kaliper.spec.server); a spec that sets them as well would say two different things."""
+        if self.server is None:
+            return self
+        if self.workload.name != "serve" or self.workload.params.get("sut") != "http":
+            raise ValueError("server: needs workload.name serve with params.sut http (the load generator)")
+        for name in DERIVED_PARAMS:
+            if name in self.workload.params or name in self.matrix:
+                raise ValueError(
+                    f"server: decides the serve parameter {name}; remove workload.params.{name} / matrix.{name}"
+                )
         return self
 
     @model_validator(mode="after")

@@ -101,7 +101,8 @@ def configure_step(
     created = parse_created(workflow_created)
     with step_spec(spec_text, templates) as loaded:
         experiment = experiment_id_for_workflow(loaded.spec.name, workflow_name, created)
-        plan = configure(loaded, experiment, storage_url, now=created)
+        # a step runs on a cluster: the spec's `server:` is the workflow's Deployment/InferenceService
+        plan = configure(loaded, experiment, storage_url, now=created, server_at="cluster")
     storage = open_storage(storage_url)
     require_named_baseline(storage, loaded.spec.report, experiment, SPEC_SOURCE)  # before anything is written
     write_plan(plan, storage)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from kaliper._version import __version__
+from kaliper.workflows.argo_serving import server_templates
 from kaliper.workflows.plan import (
     CHUNKS_OUTPUT,
     EXPERIMENT_OUTPUT,
@@ -92,7 +93,7 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
 
     common: dict[str, Any] = {
         "entrypoint": "main",
-        "on_exit": "report",
+        "on_exit": "report" if plan.server is None else "exit",
         "namespace": plan.namespace,
         "service_account_name": plan.service_account,
         "labels": LABELS,
@@ -117,6 +118,10 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
         "pod_gc": m.PodGC(strategy="OnPodSuccess"),
         "pod_metadata": m.Metadata(labels=LABELS),
     }
+    if plan.server is not None:
+        # one run of a serving spec at a time: its server's objects have one name per spec
+        name = plan.server.object_name(plan.spec_name)
+        common["synchronization"] = m.Synchronization(mutexes=[m.Mutex(name=name)])
     if kind == "WorkflowTemplate":
         builder: Any = WorkflowTemplate(name=plan.template_name, **common)
     else:
@@ -151,14 +156,19 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
             env=_env(plan, "report"),
             **kwargs,
         )
+        server = server_templates(plan, kwargs) if plan.server is not None else None
         # One failed run must not stop the others: failFast off on the parallelism-bounded fan-out.
-        with Steps(name="main", parallelism=plan.fan_out_parallelism, fail_fast=False):
+        with Steps(name="main", parallelism=plan.fan_out_parallelism, fail_fast=False) as main:
             configure(name="configure")
+            if server is not None:
+                server.up(main)
             launch(
                 name=launch.name,
                 with_param=f"{{{{steps.configure.outputs.parameters.{fan_out}}}}}",
                 arguments={"experiment": "{{steps.configure.outputs.parameters.experiment}}", **items},
             )
+        if server is not None:
+            server.exit_handler()
     return builder
 
 

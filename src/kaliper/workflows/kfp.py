@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
+from kaliper.errors import SpecError
 from kaliper.workflows.kfp_chunks import launch_chunks
 from kaliper.workflows.plan import (
     STEP_RESOURCES,
@@ -283,6 +284,11 @@ def pipeline_yaml(plan: ClusterPlan) -> str:
     """
     from kfp import compiler
 
+    if plan.server is not None:
+        raise SpecError(
+            f"{plan.spec_name}: a spec with `server:` compiles to Argo only (--target workflow, "
+            "workflowtemplate or cron): the KFP pipeline has no step that creates and deletes the server yet"
+        )
     pipeline = _pipeline(plan)
     with tempfile.TemporaryDirectory(prefix="kaliper-kfp-") as tmp:
         path = Path(tmp) / "pipeline.yaml"

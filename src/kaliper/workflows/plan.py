@@ -13,9 +13,11 @@ from typing import Any, Final
 from kaliper.configurator.podenv import EnvVar, step_env
 from kaliper.errors import SpecError
 from kaliper.spec import LoadedSpec
+from kaliper.spec.server import ServerSpec
 from kaliper.spec.services import S3Spec
 from kaliper.storage import file_path
 from kaliper.workflows.chunking import CHUNK_THRESHOLD, Chunking, chunking_for, run_count
+from kaliper.workflows.serving import SERVICE_ACCOUNTS
 
 # Where the configure step writes its outputs inside its pod (an emptyDir-free path every image has).
 OUTPUT_DIR: Final = "/tmp/kaliper"
@@ -80,6 +82,8 @@ class ClusterPlan:
     prometheus: str | None
     templates: str | None = None  # workload.template and its imports as JSON (kaliper.steps.templates)
     chunking: Chunking | None = None  # the chunked shape of a large sweep (kaliper.workflows.chunking)
+    server: ServerSpec | None = None  # a serving spec's server (kaliper.workflows.serving)
+    placement: dict[str, Any] | None = None  # the jobs' nodeSelector/tolerations, for the server's pods
 
     @property
     def argo(self) -> Placeholders:
@@ -157,13 +161,22 @@ def cluster_plan(loaded: LoadedSpec, chunk_threshold: int = CHUNK_THRESHOLD) -> 
     job_timeout = math.ceil(spec.job.timeout)
     # A queued job's deadline counts from Kueue's admission, so the launch step also waits for that.
     admission = math.ceil(spec.job.admission_timeout) if spec.job.queue is not None else 0
+    service_account = spec.workflow.service_account
+    if spec.server is not None and "service_account" not in spec.workflow.model_fields_set:
+        # the Role that may create the server's kind (manifests/serving/); training specs keep `kaliper`
+        service_account = SERVICE_ACCOUNTS[spec.server.kind]
+    placement: dict[str, Any] = {}
+    if spec.job.node_selector:
+        placement["nodeSelector"] = dict(spec.job.node_selector)
+    if spec.job.tolerations:
+        placement["tolerations"] = [t.to_kubernetes() for t in spec.job.tolerations]
     return ClusterPlan(
         template_name=f"kaliper-{spec.name}",
         spec_name=spec.name,
         spec_text=loaded.text,
         description=spec.description,
         image=spec.workflow.image,
-        service_account=spec.workflow.service_account,
+        service_account=service_account,
         namespace=spec.job.namespace,
         storage=storage,
         volume_claim=spec.workflow.volume_claim if mount else None,
@@ -179,6 +192,8 @@ def cluster_plan(loaded: LoadedSpec, chunk_threshold: int = CHUNK_THRESHOLD) -> 
         prometheus=spec.monitoring.prometheus,
         templates=templates,
         chunking=chunking_for(run_count(spec), spec.workflow.parallelism, threshold=chunk_threshold),
+        server=spec.server,
+        placement=placement or None,
     )
 
 
@@ -199,6 +214,7 @@ def bundled_templates(loaded: LoadedSpec) -> str | None:
             "compile-check",
             "file:///compile-check",
             dump=False,
+            server_at="cluster",
         )
     return text
 

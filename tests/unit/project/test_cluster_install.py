@@ -140,13 +140,14 @@ def test_base_kustomization_lists_every_file_in_base_and_nothing_else() -> None:
     )
 
 
-def test_top_kustomization_installs_base_and_workflowtemplates_into_kaliper() -> None:
+def test_top_kustomization_installs_base_serving_and_workflowtemplates_into_kaliper() -> None:
     top = kustomization(MANIFESTS)
-    assert top.get("resources") == ["base", "workflowtemplates"]
-    for directory in (MANIFESTS, BASE, MANIFESTS / "workflowtemplates"):
+    assert top.get("resources") == ["base", "serving", "workflowtemplates"]
+    for directory in (MANIFESTS, BASE, MANIFESTS / "serving", MANIFESTS / "workflowtemplates"):
         kustomized_files(directory)  # asserts every listed path exists
     assert top.get("namespace") == NAMESPACE
     assert kustomization(BASE).get("namespace") == NAMESPACE
+    assert kustomization(MANIFESTS / "serving").get("namespace") == NAMESPACE
 
 
 def test_every_base_object_lives_in_the_kaliper_namespace() -> None:

@@ -1,0 +1,92 @@
+"""The Argo templates of a serving spec's server (kaliper.workflows.serving says what and why), with Hera.
+
+In `main`, after configure: `server-create-<kind>` for each object at once (Argo resource templates,
+`action: create`), then `server-ready`. The workflow's exit handler becomes `exit`: `server-delete-<kind>`
+for each object (`--ignore-not-found`: a run that failed before creating them, or a retried exit handler,
+still succeeds) beside `report`, so the server is gone whatever happened and the report is still written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kaliper.workflows.plan import ClusterPlan
+from kaliper.workflows.serving import (
+    deletion_manifest,
+    manifest_text,
+    server_objects,
+    server_ready_argv,
+    template_suffix,
+)
+
+EXPERIMENT = "{{inputs.parameters.experiment}}"
+OWNER = ("{{workflow.name}}", "{{workflow.uid}}")
+
+
+@dataclass
+class ServerTemplates:
+    create: list[Any]
+    ready: Any
+    delete: list[Any]
+    report_name: str = "report"
+
+    def up(self, main: Any) -> None:
+        """Add to `main` (a Steps context): create every object in one parallel group, then wait."""
+        experiment = {"experiment": "{{steps.configure.outputs.parameters.experiment}}"}
+        with main.parallel():
+            for template in self.create:
+                template(name=template.name, arguments=experiment)
+        self.ready(name="server-ready")
+
+    def exit_handler(self) -> None:
+        """The `exit` Steps template: delete the server's objects and write the report, side by side."""
+        from hera.workflows import Steps
+        from hera.workflows.steps import Step
+
+        with Steps(name="exit") as steps, steps.parallel():
+            for template in self.delete:
+                template(name=template.name)
+            Step(name="report", template=self.report_name)
+
+
+def server_templates(plan: ClusterPlan, container_kwargs: dict[str, Any]) -> ServerTemplates:
+    from hera.workflows import Container, Parameter, Resource, RetryStrategy
+    from hera.workflows import models as m
+
+    assert plan.server is not None
+    objects = server_objects(plan.server, plan.spec_name, plan.namespace, EXPERIMENT, OWNER, plan.placement)
+    create = [
+        Resource(
+            name=f"server-create-{template_suffix(document)}",
+            action="create",
+            manifest=manifest_text(document),
+            inputs=[Parameter(name="experiment")],
+        )
+        for document in objects
+    ]
+    delete = [
+        Resource(
+            name=f"server-delete-{template_suffix(document)}",
+            action="delete",
+            manifest=manifest_text(deletion_manifest(document)),
+            flags=["--ignore-not-found"],
+            retry_strategy=RetryStrategy(limit="3", retry_policy="Always"),  # a delete may be repeated
+        )
+        for document in objects
+    ]
+    argv = server_ready_argv(plan.server, plan.spec_name, plan.namespace or "{{workflow.namespace}}")
+    ready = Container(
+        name="server-ready",
+        command=argv[:1],
+        args=argv[1:],
+        # its own deadline plus time to start the pod; polling GETs are safe to repeat
+        timeout=f"{int(plan.server.ready_timeout) + 300}s",
+        retry_strategy=RetryStrategy(
+            limit="2",
+            retry_policy="OnError",
+            backoff=m.Backoff(duration="10s", factor="2", max_duration="5m"),
+        ),
+        **{k: v for k, v in container_kwargs.items() if k != "volume_mounts"},
+    )
+    return ServerTemplates(create=create, ready=ready, delete=delete)

@@ -17,7 +17,7 @@ anything is measured or written. Readers then take one of two ways:
 - an environment passed in, wrapped with `of(environ)`: `spec.limits.max_trials`,
   `configurator.render.Limits.from_environment` and `reference_path`, `storage.retry.RetryPolicy.from_env`,
   `storage.s3.S3Storage(env=...)`, `storage.spool.spool_root`, `monitoring.nvml.run_devices` (a child's
-  environment), `workloads.cnn_torch.distributed_env`, `workloads.command.is_primary`,
+  environment), `benchmarks.torch_distributed.distributed_env`, `workloads.command.is_primary`,
   `trace.steps.TraceSettings.from_env`;
 - everywhere else (deep library code, and `kaliper.emit` / `kaliper.trace_steps()` called from a user's
   code, where no entry point ran), `current()`: the process environment as it is now, parsed for the
@@ -41,7 +41,7 @@ tests/unit/settings/test_settings.py holds every other module to it, and these t
 - `kaliper/exec/command.py`: `kaliper exec` runs the user's command in this environment.
 - `kaliper/benchmarks/pi/pi_import.py`: the measured child runs in this environment plus its threads.
 - `kaliper/benchmarks/torch_support.py`: sets OMP/MKL thread counts before torch loads.
-- `kaliper/benchmarks/cnn/cnn_torch.py`: sets GLOO_SOCKET_IFNAME for torch.distributed.
+- `kaliper/benchmarks/torch_distributed.py`: sets GLOO_SOCKET_IFNAME for torch.distributed.
 - `kaliper/benchmarks/cnn/cnn_tf.py`: sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 - `kaliper/benchmarks/cnn/models_tf.py`: sets TF_USE_LEGACY_KERAS and TF_CPP_MIN_LOG_LEVEL.
 - `kaliper/benchmarks/tf_support.py`: sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads.

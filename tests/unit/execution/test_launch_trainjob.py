@@ -453,7 +453,7 @@ def test_a_trainjob_of_other_rank_counts_is_refused(tmp_path: Path, server: ApiS
     manifest = yaml.safe_load(storage.get(key))
     manifest["spec"]["trainer"][field] = 3
     rewrite(storage, key, yaml.safe_dump(manifest).encode())
-    with pytest.raises(Exception, match=r"spec\.trainer: expected 4 ranks"):
+    with pytest.raises(Exception, match=r"spec\.trainer: expected numNodes × numProcPerNode = 4 ranks"):
         run(storage, server, 4)
     assert server.requests == []
 

@@ -123,7 +123,7 @@ CASES = [
         replace("name: pi-matmul", "name: pi-matmull"),
         (
             "workload.name: unknown workload 'pi-matmull'",
-            "(built-in workloads: cnn-infer, cnn-train, pi-conv2d, pi-import, pi-matmul, trace-replay, "
+            "(built-in workloads: cnn-infer, cnn-train, pi-conv2d, pi-import, pi-matmul, serve, trace-replay, "
             "transformer-infer, transformer-train)",
         ),
     ),

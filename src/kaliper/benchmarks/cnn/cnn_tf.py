@@ -50,14 +50,13 @@ from typing import Any
 from kaliper import settings
 from kaliper.benchmarks.cnn.imagefiles import ensure_image_files
 from kaliper.benchmarks.cnn.models_tf import (
-    FORWARD_FLOPS_FORMULA,
     OPTIMIZER,
     ClusterConfig,
     ImageFiles,
     build_model,
-    forward_flops_per_image,
     load_keras,
     make_optimizer,
+    model_flops,
     params_digest,
     replica_step,
     serve,
@@ -148,35 +147,6 @@ def _run(params: dict[str, Any], rule: SamplingRule, train: bool) -> Measurement
 
 
 DATA_FORMAT = "NHWC (Keras data_format channels_last, its default; memory_format is torch's setting)"
-
-
-def model_flops(
-    metrics: dict[str, MetricDef], model: Any, train: bool
-) -> tuple[dict[str, MetricDef], dict[str, Any]]:
-    """`metrics` plus `model_tflops` (model FLOPs per image × images_per_s of this replica), and the count
-    with its formulas for `derived.flops`."""
-    forward = forward_flops_per_image(model)
-    per_image = (3 if train else 1) * forward
-    images = metrics["images_per_s"]
-    formula = f"{'3 * ' if train else ''}forward_flops_per_image * images_per_s / 1e12 (derived.flops)"
-    if images.values is not None or images.from_ns is None:
-        rate = MetricDef(
-            "TFLOP/s", "more_is_better", formula, values=[per_image * v / 1e12 for v in images.values or []]
-        )
-    else:
-        from_ns = images.from_ns
-        rate = MetricDef(
-            "TFLOP/s", "more_is_better", formula, from_ns=lambda ns: per_image * from_ns(ns) / 1e12
-        )
-    return {**metrics, "model_tflops": rate}, {
-        "forward_per_image": forward,
-        "per_image": per_image,
-        "forward_formula": FORWARD_FLOPS_FORMULA,
-        "step_formula": "3 × forward per image × batch_size (the backward pass costs two forwards: "
-        "gradients of the inputs and of the weights; the SGD update is not counted)"
-        if train
-        else "forward per image × batch_size",
-    }
 
 
 class _Run:

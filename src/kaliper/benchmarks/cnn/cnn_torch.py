@@ -49,13 +49,9 @@ timed apart (kaliper.benchmarks.torch_compile), so neither a warm-up nor a timed
 from __future__ import annotations
 
 import contextlib
-import ipaddress
-import os
-import socket
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -67,6 +63,7 @@ from kaliper.benchmarks.cnn import imagefiles
 from kaliper.benchmarks.measurement import Measurement, MetricDef
 from kaliper.benchmarks.peaks import with_peak
 from kaliper.benchmarks.torch_compile import compiled, first_calls
+from kaliper.benchmarks.torch_distributed import DistEnv, ProcessGroup, distributed_env
 from kaliper.benchmarks.torch_support import (
     device_and_sync,
     peak_inputs,
@@ -77,8 +74,6 @@ from kaliper.benchmarks.torch_support import (
 from kaliper.errors import WorkloadError
 from kaliper.metrics.sampling import SamplingRule, collect
 
-DIST_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
-PROCESS_GROUP_TIMEOUT = timedelta(minutes=10)
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
 MODEL_SEED = 0  # identical initial weights on every rank (DDP also broadcasts rank 0's at wrap time)
@@ -93,110 +88,6 @@ def run_train(params: dict[str, Any], rule: SamplingRule) -> Measurement:
 
 def run_infer(params: dict[str, Any], rule: SamplingRule) -> Measurement:
     return _run(params, rule, train=False)
-
-
-# ---------------------------------------------------------------------------------------------- distributed
-
-
-@dataclass(frozen=True)
-class DistEnv:
-    """What the launcher (the training operator, torchrun) told this process about the job."""
-
-    world_size: int
-    rank: int
-    env: dict[str, str]
-
-
-def distributed_env(environ: Mapping[str, str] | None = None) -> DistEnv:
-    """World size and rank from the env; WORLD_SIZE > 1 without the rest of the variables is an error."""
-    given = settings.of(environ)
-    named = {name: given.text(name) for name in (*DIST_ENV, settings.LOCAL_RANK.name)}
-    env = {name: value for name, value in named.items() if value is not None}
-    seen = dict(env)
-    text = env.get("WORLD_SIZE", "").strip()
-    world = int(text) if text.isdigit() else 1
-    if world <= 1:
-        return DistEnv(1, 0, seen)
-    missing = [k for k in DIST_ENV if not env.get(k)]
-    if missing:
-        raise WorkloadError(
-            f"WORLD_SIZE={world} but {', '.join(missing)} not set: a distributed run needs "
-            "MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (a PyTorchJob with a Master sets them)"
-        )
-    rank_text = env["RANK"].strip()
-    if not rank_text.isdigit() or int(rank_text) >= world:
-        raise WorkloadError(f"RANK={env['RANK']!r} is not a rank of WORLD_SIZE={world}")
-    return DistEnv(world, int(rank_text), seen)
-
-
-def is_loopback(address: str) -> bool:
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
-
-
-def loopback_interface() -> str:
-    names = [name for _, name in socket.if_nameindex()]
-    return next((name for name in names if name == "lo" or name.startswith("lo")), "lo")
-
-
-class ProcessGroup:
-    """This rank's membership of the job's process group: the collectives the workload uses."""
-
-    def __init__(self, dist_env: DistEnv, backend: str, comm_device: Any) -> None:
-        import torch.distributed as dist
-
-        self.dist = dist
-        self.world_size = dist_env.world_size
-        self.rank = dist_env.rank
-        self.backend = backend
-        self.comm_device = comm_device
-        if (
-            backend == "gloo"
-            and settings.current()[settings.GLOO_SOCKET_IFNAME] is None
-            and is_loopback(dist_env.env["MASTER_ADDR"])
-        ):
-            os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()
-        # nccl: bind the group to this rank's GPU (barrier() and eager init then need no guessing).
-        bound: dict[str, Any] = {"device_id": comm_device} if backend == "nccl" else {}
-        dist.init_process_group(backend=backend, init_method="env://", timeout=PROCESS_GROUP_TIMEOUT, **bound)
-
-    def sum(self, values: list[float]) -> list[float]:
-        import torch
-
-        tensor = torch.tensor(values, dtype=torch.float64, device=self.comm_device)
-        self.dist.all_reduce(tensor, op=self.dist.ReduceOp.SUM)
-        return [float(v) for v in tensor.cpu().tolist()]
-
-    def agree(self, code: int) -> int:
-        """Rank 0's stop code, on every rank."""
-        import torch
-
-        tensor = torch.tensor([code], dtype=torch.int64, device=self.comm_device)
-        self.dist.broadcast(tensor, src=0)
-        return int(tensor.item())
-
-    def params_max_abs_diff(self, model: Any) -> float:
-        """max |p - p_rank0| over every parameter element, the same on every rank."""
-        import torch
-
-        with torch.no_grad():
-            flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-            reference = flat.clone()
-            self.dist.broadcast(reference, src=0)
-            diff = (flat - reference).abs().max().reshape(1).to(torch.float64)
-            self.dist.all_reduce(diff, op=self.dist.ReduceOp.MAX)
-        return float(diff.item())
-
-    def close(self, clean: bool) -> None:
-        if not self.dist.is_initialized():
-            return
-        if clean:
-            self.dist.barrier()  # rank 0 hosts the store: leaving before the others can abort them
-        self.dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------------------------------------- input

@@ -35,6 +35,7 @@ from typing import Any
 
 from kaliper import settings
 from kaliper.benchmarks.cnn.imagefiles import IMAGENET_MEAN, IMAGENET_STD, image_files, read_image
+from kaliper.benchmarks.measurement import MetricDef
 from kaliper.errors import WorkloadError
 
 MODELS = ("resnet50", "small")
@@ -322,3 +323,32 @@ def forward_flops_per_image(model: Any) -> int:
             fan_in, fan_out = (int(d) for d in layer.kernel.shape)
             total += 2 * fan_in * fan_out
     return total
+
+
+def model_flops(
+    metrics: dict[str, MetricDef], model: Any, train: bool
+) -> tuple[dict[str, MetricDef], dict[str, Any]]:
+    """`metrics` plus `model_tflops` (model FLOPs per image × images_per_s of this replica), and the count
+    with its formulas for `derived.flops`."""
+    forward = forward_flops_per_image(model)
+    per_image = (3 if train else 1) * forward
+    images = metrics["images_per_s"]
+    formula = f"{'3 * ' if train else ''}forward_flops_per_image * images_per_s / 1e12 (derived.flops)"
+    if images.values is not None or images.from_ns is None:
+        rate = MetricDef(
+            "TFLOP/s", "more_is_better", formula, values=[per_image * v / 1e12 for v in images.values or []]
+        )
+    else:
+        from_ns = images.from_ns
+        rate = MetricDef(
+            "TFLOP/s", "more_is_better", formula, from_ns=lambda ns: per_image * from_ns(ns) / 1e12
+        )
+    return {**metrics, "model_tflops": rate}, {
+        "forward_per_image": forward,
+        "per_image": per_image,
+        "forward_formula": FORWARD_FLOPS_FORMULA,
+        "step_formula": "3 × forward per image × batch_size (the backward pass costs two forwards: "
+        "gradients of the inputs and of the weights; the SGD update is not counted)"
+        if train
+        else "forward per image × batch_size",
+    }

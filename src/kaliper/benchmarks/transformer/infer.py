@@ -28,10 +28,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kaliper.benchmarks.cnn.cnn_torch import distributed_env
 from kaliper.benchmarks.measurement import Measurement, MetricDef
 from kaliper.benchmarks.peaks import PCT_METRIC, with_peak
 from kaliper.benchmarks.torch_compile import compiled, first_calls
+from kaliper.benchmarks.torch_distributed import distributed_env
 from kaliper.benchmarks.torch_support import (
     device_and_sync,
     peak_inputs,

@@ -31,10 +31,10 @@ import time
 from typing import Any
 
 from kaliper import settings
-from kaliper.benchmarks.cnn.cnn_torch import DistEnv, ProcessGroup, distributed_env
 from kaliper.benchmarks.measurement import Measurement, MetricDef
 from kaliper.benchmarks.peaks import with_peak
 from kaliper.benchmarks.torch_compile import compiled, first_calls
+from kaliper.benchmarks.torch_distributed import DistEnv, ProcessGroup, distributed_env
 from kaliper.benchmarks.torch_support import (
     device_and_sync,
     peak_inputs,

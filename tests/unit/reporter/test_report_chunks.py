@@ -121,7 +121,9 @@ def test_the_rows_are_written_and_dropped_before_the_comparisons(
         seen.append(f"tables of {len(rows.trials)} trials")
 
     def comparisons(*args: Any, **kwargs: Any) -> Any:
-        alive = sum(1 for o in gc.get_objects() if type(o) is made)  # type(): a dead weak proxy raises on isinstance
+        alive = sum(
+            1 for o in gc.get_objects() if type(o) is made
+        )  # type(): a dead weak proxy raises on isinstance
         seen.append(f"comparisons with {alive} chunks alive")
         return compare_for_report(*args, **kwargs)
 

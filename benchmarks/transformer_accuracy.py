@@ -123,14 +123,21 @@ def worker(name: str, rounds: int, threads: int) -> int:
     plain_medians: list[float] = []
     print(f"{name}: {'round':>5} {'kaliper':>10} {'plain':>10} {'ratio':>6}  samples k|p", flush=True)
     measurement: Any = None
+    seconds = 0.0
     for index in range(rounds):
+        # A B in even rounds, B A in odd ones: an order effect (a clock settling within a round) cancels
+        # in the median of the paired ratios instead of always favouring whichever runs first.
+        plain_first = index % 2 == 1 and seconds > 0
+        if plain_first:
+            rates = plain_rates(case.plain_unit, seconds)
         measurement = case.kaliper_run()
         samples = measurement.samples
         kaliper_medians.append(
             statistics.median(measurement.metrics[case.kaliper_metric].per_sample(samples.timed_ns))
         )
         seconds = (samples.finished - samples.warmup_done).total_seconds()
-        rates = plain_rates(case.plain_unit, seconds)
+        if not plain_first:
+            rates = plain_rates(case.plain_unit, seconds)
         plain_medians.append(statistics.median(rates))
         print(
             f"{name}: {index:>5} {kaliper_medians[-1]:>10.1f} {plain_medians[-1]:>10.1f} "

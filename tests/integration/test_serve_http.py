@@ -76,12 +76,15 @@ def test_ttft_tpot_latency_equal_the_servers_own_timestamps() -> None:
     )  # LoadGen judged it (small runs may be INVALID)
     assert len(latency_ns) == len(timings) >= 24
     # SingleStream: one query at a time, so the k-th LoadGen sample is the server's k-th request.
+    resolution_ms = time.get_clock_info("perf_counter").resolution * 1e3
     for name, ours, theirs in (
         ("latency", [v / 1e6 for v in latency_ns], [t.latency_ns / 1e6 for t in timings]),
         ("ttft", ttft, [t.ttft_ns / 1e6 for t in timings]),
     ):
         diffs = [a - b for a, b in zip(ours, theirs, strict=True)]
-        assert min(diffs) >= -0.5, (name, min(diffs))
+        # Never below the server's, to the clock's resolution: the server's stamps lie inside the
+        # client's (sse_server). Above it by the transport (send, schedule, parse): a bounded median.
+        assert min(diffs) >= -resolution_ms, (name, min(diffs))
         assert median(diffs) <= 2.0, (name, median(diffs))
         for p in (0.5, 0.9):
             assert abs(loadgen_percentile(ours, p) - loadgen_percentile(theirs, p)) <= 2.0, (name, p)
@@ -221,7 +224,9 @@ def test_a_signal_to_the_workload_stops_the_server_it_started(tmp_path: Path, st
     time.sleep(1.0)  # LoadGen is running
     workload.send_signal(stop)
     _, err = workload.communicate(timeout=30)
-    assert workload.returncode != 0
+    # 1: a failed run's status. Not a signal's: LoadGen, still mid-test, once crashed the process
+    # (SIGSEGV, its SUT destroyed under it) or aborted it at exit (SIGABRT, its statics destroyed).
+    assert workload.returncode == 1, err.decode(errors="replace")[-3000:]
     assert stop.name.encode() in err
     deadline = time.monotonic() + 10
     while not _gone(server_pid) and time.monotonic() < deadline:

@@ -2,6 +2,10 @@
 with known delays, and every request's own timestamps (time.perf_counter_ns, the clock LoadGen's
 std::chrono::steady_clock shares on Linux: CLOCK_MONOTONIC) kept for the tests to compare with.
 
+The stamps bracket the client's: a request is stamped when the handler starts (after LoadGen issued it)
+and a token before it is written (before the client can read it), so every client-side TTFT and latency
+is at least the server's, to the clock's resolution.
+
 Modes: `stream` (SSE, `data: [DONE]` at the end), `wrong_shape` (streams chunks without `choices`).
 """
 
@@ -67,8 +71,11 @@ class _Handler(BaseHTTPRequestHandler):
             chunk: dict[str, Any] = {"choices": [{"index": 0, "text": f" t{i}"}]}
             if srv.mode == "wrong_shape":
                 chunk = {"output": f" t{i}"}
-            self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+            # Stamped before the write: the token cannot reach the client earlier, so the client's
+            # figures can only be later (under load a stamp after the write may come after the client
+            # has the token: the thread waits for the GIL).
             timing.token_ns.append(time.perf_counter_ns())
+            self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
         with srv.lock:

@@ -18,7 +18,10 @@ blocked in C++ otherwise, and a stopped workload must still stop the server it s
 
 from __future__ import annotations
 
+import atexit
+import os
 import queue
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -119,6 +122,17 @@ def _settings(lg: Any, config: ServeConfig) -> tuple[Any, dict[str, Any]]:
     return ts, chosen
 
 
+def _leave_without_loadgen(finished: threading.Event) -> None:
+    """At exit after an interrupted test: LoadGen cannot be stopped mid-test, and its C++ statics call
+    std::terminate (SIGABRT) when destroyed under a running test, so the process leaves without running
+    them, with a failed run's exit status (the record and the message are written by then)."""
+    if finished.is_set():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
 def run_loadgen(config: ServeConfig, backend: Backend, log_dir: Path | None = None) -> LoadGenOutcome:
     """One LoadGen test against `backend`; LoadGen's verdict and each sample's latency."""
     import mlperf_loadgen as lg
@@ -192,7 +206,12 @@ def run_loadgen(config: ServeConfig, backend: Backend, log_dir: Path | None = No
     owned = tempfile.TemporaryDirectory(prefix="kaliper-loadgen-") if log_dir is None else None
     out = Path(owned.name) if owned is not None else log_dir
     assert out is not None
-    runner: threading.Thread | None = None
+    # Set by LoadGen's thread when StartTest has returned. Not `runner.is_alive()`: in Python 3.11 an
+    # exception raised by a signal handler inside `Thread.join(timeout)` releases the running thread's
+    # state lock and marks it stopped (threading._wait_for_tstate_lock), so is_alive() then says False
+    # while LoadGen still runs, and destroying its SUT and QSL under it crashed the process (SIGSEGV in
+    # IssueQueryController::StartIssueQueries, before the server was stopped).
+    finished = threading.Event()
     try:
         output = lg.LogOutputSettings()
         output.outdir = str(out)
@@ -207,11 +226,12 @@ def run_loadgen(config: ServeConfig, backend: Backend, log_dir: Path | None = No
                 lg.StartTestWithLogSettings(sut, qsl, ts, log_settings)
             except BaseException as exc:  # handed to the main thread
                 failure.append(exc)
+            finally:
+                finished.set()
 
-        runner = threading.Thread(target=test, daemon=True, name="loadgen")
-        runner.start()
-        while runner.is_alive():
-            runner.join(0.2)  # wakes up for signals (server_process.stop_on_signals)
+        threading.Thread(target=test, daemon=True, name="loadgen").start()
+        while not finished.wait(0.2):  # wakes up for signals (server_process.stop_on_signals)
+            pass
         if failure:
             raise WorkloadError(f"LoadGen failed: {failure[0]}")
         detail = read_detail(out / "mlperf_log_detail.txt")
@@ -221,11 +241,13 @@ def run_loadgen(config: ServeConfig, backend: Backend, log_dir: Path | None = No
     finally:
         for _ in workers:
             work.put(None)
-        if runner is None or not runner.is_alive():  # interrupted: LoadGen still holds them; we exit
+        if finished.is_set():
             lg.DestroyQSL(qsl)
             lg.DestroySUT(sut)
             if owned is not None:
                 owned.cleanup()
+        else:  # interrupted: LoadGen still holds them, and the process is on its way out
+            atexit.register(_leave_without_loadgen, finished)
     for thread in workers:
         thread.join(timeout=5)
     return LoadGenOutcome(detail, trace, state, chosen, summary_text)

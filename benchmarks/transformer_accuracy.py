@@ -1,15 +1,22 @@
 """Do transformer-train's tokens/s and transformer-infer's decode tokens/s equal what a plain PyTorch
 loop of the same model measures, in the same process environment?
 
-The method is benchmarks/accuracy.py's. Each case runs in its own subprocess of this script, with
-OMP_NUM_THREADS / MKL_NUM_THREADS set before torch is imported. In it, rounds alternate (A B A B ...):
+The method is benchmarks/accuracy.py's, with one process per side per round: every A and every B is a
+fresh subprocess of this script (OMP_NUM_THREADS / MKL_NUM_THREADS set before torch is imported), so
+neither side inherits the other's model, allocator state or trained weights. (An earlier form ran both
+sides in one process with one plain model kept across rounds: that model trained on its fixed batch for
+thousands of steps, and Kaliper, which builds its model afresh as a user's job does, read 8-11% faster.)
+Rounds alternate the order (A B, then B A, ...), so a clock or load trend within a round cancels in the
+paired ratios.
 
-- A: one in-process `run()` of the workload (Kaliper's own warm-up, sampling rule, synchronisation and
+- A: one `run()` of the workload (Kaliper's own warm-up, sampling rule, synchronisation and
   metric arithmetic); its figure is the median of the round's timed samples.
 - B: a plain loop written the way a user would, sharing no code with the workload but the model class
-  (kaliper.benchmarks.transformer.model.GPT, the model under test): 5 untimed units, then timed units
-  (`time.perf_counter_ns` around each) for at least as long as A's timed samples took, so a burst of
-  load on a shared machine cannot hit only one side; its figure is the median over its units.
+  (kaliper.benchmarks.transformer.model.GPT, the model under test) and its seeds: a model built in the
+  process, 5 untimed units, then timed units
+  (`time.perf_counter_ns` around each) for at least as long as A's timed samples took (the previous
+  round's A when B runs first), so a burst of load on a shared machine cannot hit only one side; its
+  figure is the median over its units.
   - train: a unit is one step: `logits = model(x)`, `F.cross_entropy`, `zero_grad`, `backward`,
     `AdamW.step()` (lr 3e-4, weight decay 0.1, as the workload), on a fixed random batch; tokens/s =
     batch·seq_len / unit time.
@@ -70,8 +77,10 @@ def torch_case(name: str, threads: int) -> Case:
 
     torch.set_num_threads(threads)
     common = {"precision": "fp32", "compile": "none", "device": "cpu", "threads": threads}
-    generator = torch.Generator().manual_seed(7)
-    torch.manual_seed(0)
+    from kaliper.benchmarks.transformer.common import DATA_SEED, MODEL_SEED
+
+    generator = torch.Generator().manual_seed(DATA_SEED)
+    torch.manual_seed(MODEL_SEED)
     if name == "train":
         p = TRAIN
         model = GPT(GPTConfig(p["layers"], p["d_model"], p["heads"], p["vocab"], p["seq_len"])).train()
@@ -117,44 +126,68 @@ def plain_rates(unit: Callable[[], float], seconds: float, minimum: int = 10) ->
     return rates
 
 
-def worker(name: str, rounds: int, threads: int) -> int:
+def side(name: str, which: str, threads: int, seconds: float) -> int:
+    """One side of one round, in this (fresh) process: its figure as a RESULT line."""
     case = torch_case(name, threads)
+    if which == "kaliper":
+        measurement = case.kaliper_run()
+        samples = measurement.samples
+        values = measurement.metrics[case.kaliper_metric].per_sample(samples.timed_ns)
+        result = {
+            "median": statistics.median(values),
+            "n": len(values),
+            "seconds": (samples.finished - samples.warmup_done).total_seconds(),
+            "metric": case.kaliper_metric,
+            "version": measurement.framework_version,
+        }
+    else:
+        rates = plain_rates(case.plain_unit, seconds)
+        result = {"median": statistics.median(rates), "n": len(rates)}
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    return 0
+
+
+def run_side(name: str, which: str, threads: int, seconds: float, env: dict[str, str]) -> dict[str, Any]:
+    command = [sys.executable, os.path.abspath(__file__), f"--worker={name}", f"--side={which}"]
+    command += [f"--threads={threads}", f"--seconds={seconds}"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            parsed: dict[str, Any] = json.loads(line[len(RESULT_PREFIX) :])
+            return parsed
+    raise RuntimeError(f"{name}/{which}: worker failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+
+
+def rounds_of(name: str, rounds: int, threads: int, env: dict[str, str]) -> dict[str, Any]:
     kaliper_medians: list[float] = []
     plain_medians: list[float] = []
     print(f"{name}: {'round':>5} {'kaliper':>10} {'plain':>10} {'ratio':>6}  samples k|p", flush=True)
-    measurement: Any = None
-    seconds = 0.0
+    a: dict[str, Any] = {}
     for index in range(rounds):
-        # A B in even rounds, B A in odd ones: an order effect (a clock settling within a round) cancels
+        # A B in even rounds, B A in odd ones: an order effect (a clock settling, a load trend) cancels
         # in the median of the paired ratios instead of always favouring whichever runs first.
-        plain_first = index % 2 == 1 and seconds > 0
+        plain_first = index % 2 == 1 and bool(a)
         if plain_first:
-            rates = plain_rates(case.plain_unit, seconds)
-        measurement = case.kaliper_run()
-        samples = measurement.samples
-        kaliper_medians.append(
-            statistics.median(measurement.metrics[case.kaliper_metric].per_sample(samples.timed_ns))
-        )
-        seconds = (samples.finished - samples.warmup_done).total_seconds()
+            b = run_side(name, "plain", threads, a["seconds"], env)
+        a = run_side(name, "kaliper", threads, 0.0, env)
         if not plain_first:
-            rates = plain_rates(case.plain_unit, seconds)
-        plain_medians.append(statistics.median(rates))
+            b = run_side(name, "plain", threads, a["seconds"], env)
+        kaliper_medians.append(a["median"])
+        plain_medians.append(b["median"])
         print(
-            f"{name}: {index:>5} {kaliper_medians[-1]:>10.1f} {plain_medians[-1]:>10.1f} "
-            f"{kaliper_medians[-1] / plain_medians[-1]:>6.3f}  {len(samples.timed_ns)}|{len(rates)}",
+            f"{name}: {index:>5} {a['median']:>10.1f} {b['median']:>10.1f} "
+            f"{a['median'] / b['median']:>6.3f}  {a['n']}|{b['n']}",
             flush=True,
         )
-    result = {
+    return {
         "case": name,
-        "metric": case.kaliper_metric,
-        "version": measurement.framework_version,
+        "metric": a["metric"],
+        "version": a["version"],
         "kaliper": statistics.median(kaliper_medians),
         "plain": statistics.median(plain_medians),
         "paired_ratio": statistics.median(k / p for k, p in zip(kaliper_medians, plain_medians, strict=True)),
         "ratios": [k / p for k, p in zip(kaliper_medians, plain_medians, strict=True)],
     }
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
-    return 0
 
 
 def cpu_ticks() -> tuple[int, int]:
@@ -177,9 +210,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tolerance", type=float, default=0.02)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--side", choices=("kaliper", "plain"), help=argparse.SUPPRESS)
+    parser.add_argument("--seconds", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker(args.worker, args.rounds, args.threads)
+        return side(args.worker, args.side, args.threads, args.seconds)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if not cases or set(cases) - set(CASES):
         parser.error(f"--cases: expected some of {', '.join(CASES)}, got {args.cases!r}")
@@ -190,22 +225,11 @@ def main() -> int:
     results: list[dict[str, Any]] = []
     failed = []
     for name in cases:
-        command = [sys.executable, os.path.abspath(__file__), f"--worker={name}", f"--rounds={args.rounds}"]
-        command.append(f"--threads={args.threads}")
-        # rows are printed as each round ends (a slow machine still shows what it measured)
-        with subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        ) as proc:
-            assert proc.stdout is not None and proc.stderr is not None
-            for line in proc.stdout:
-                if line.startswith(RESULT_PREFIX):
-                    results.append(json.loads(line[len(RESULT_PREFIX) :]))
-                else:
-                    print(line, end="", flush=True)
-            stderr = proc.stderr.read()
-        if proc.returncode != 0:
+        try:
+            results.append(rounds_of(name, args.rounds, args.threads, env))
+        except RuntimeError as exc:
             failed.append(name)
-            print(f"{name}: worker failed (exit {proc.returncode}):\n{stderr[-3000:]}")
+            print(exc)
     busy1, total1 = cpu_ticks()
     others = max(0, (busy1 - busy0) - (own_ticks() - own0)) / max(total1 - total0, 1)
     cores = os.cpu_count() or 1

@@ -6,10 +6,11 @@ decision, the parameter-sync check). One place, so both families join and leave 
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -120,3 +121,35 @@ class ProcessGroup:
         if clean:
             self.dist.barrier()  # rank 0 hosts the store: leaving before the others can abort them
         self.dist.destroy_process_group()
+
+
+def rank_device(device: Any, dist_env: DistEnv) -> Any:
+    """This rank's device: on CUDA the GPU LOCAL_RANK names (0 when not distributed), made current so
+    kernels and nccl land on it; any other device as given."""
+    if device.type != "cuda":
+        return device
+    import torch
+
+    local_rank = int(settings.current()[settings.LOCAL_RANK] or "0") if dist_env.world_size > 1 else 0
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+@contextlib.contextmanager
+def process_group(dist_env: DistEnv, device: Any, join: bool = True) -> Iterator[ProcessGroup | None]:
+    """This rank's process group for the body (nccl on CUDA, gloo otherwise), or None when the job is one
+    process or the workload does not `join` (inference exchanges nothing). Leaving waits for the other
+    ranks at a barrier only when the body finished: after an error they may never arrive."""
+    if not join or dist_env.world_size <= 1:
+        yield None
+        return
+    import torch
+
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    group = ProcessGroup(dist_env, backend, device if backend == "nccl" else torch.device("cpu"))
+    clean = False
+    try:
+        yield group
+        clean = True
+    finally:
+        group.close(clean)

@@ -63,7 +63,13 @@ from kaliper.benchmarks.cnn import imagefiles
 from kaliper.benchmarks.measurement import Measurement, MetricDef
 from kaliper.benchmarks.peaks import with_peak
 from kaliper.benchmarks.torch_compile import compiled, first_calls
-from kaliper.benchmarks.torch_distributed import DistEnv, ProcessGroup, distributed_env
+from kaliper.benchmarks.torch_distributed import (
+    DistEnv,
+    ProcessGroup,
+    distributed_env,
+    process_group,
+    rank_device,
+)
 from kaliper.benchmarks.torch_support import (
     device_and_sync,
     peak_inputs,
@@ -149,22 +155,11 @@ def _run(params: dict[str, Any], rule: SamplingRule, train: bool) -> Measurement
     threads = torch_threads(int(params["threads"]))
     dist_env = distributed_env()
     device, sync = device_and_sync(str(params["device"]))
+    device = rank_device(device, dist_env)
     if device.type == "cuda":
-        local_rank = int(settings.current()[settings.LOCAL_RANK] or "0") if dist_env.world_size > 1 else 0
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
         torch.backends.cudnn.benchmark = True
-    group: ProcessGroup | None = None
-    clean = False
-    try:
-        if train and dist_env.world_size > 1:
-            backend = "nccl" if device.type == "cuda" else "gloo"
-            group = ProcessGroup(dist_env, backend, device if backend == "nccl" else torch.device("cpu"))
+    with process_group(dist_env, device, join=train) as group:
         measurement = _measure(params, rule, train, device, sync, dist_env, group)
-        clean = True
-    finally:
-        if group is not None:
-            group.close(clean)
     measurement.threads = threads
     return measurement
 

@@ -34,7 +34,13 @@ from kaliper import settings
 from kaliper.benchmarks.measurement import Measurement, MetricDef
 from kaliper.benchmarks.peaks import with_peak
 from kaliper.benchmarks.torch_compile import compiled, first_calls
-from kaliper.benchmarks.torch_distributed import DistEnv, ProcessGroup, distributed_env
+from kaliper.benchmarks.torch_distributed import (
+    DistEnv,
+    ProcessGroup,
+    distributed_env,
+    process_group,
+    rank_device,
+)
 from kaliper.benchmarks.torch_support import (
     device_and_sync,
     peak_inputs,
@@ -52,26 +58,12 @@ WEIGHT_DECAY = 0.1
 
 def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
     set_thread_env(int(params["threads"]))  # before the first torch import reaches the OpenMP runtime
-    import torch
-
     threads = torch_threads(int(params["threads"]))
     dist_env = distributed_env()
     device, sync = device_and_sync(str(params["device"]))
-    if device.type == "cuda":
-        local_rank = int(settings.current()[settings.LOCAL_RANK] or "0") if dist_env.world_size > 1 else 0
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    group: ProcessGroup | None = None
-    clean = False
-    try:
-        if dist_env.world_size > 1:
-            backend = "nccl" if device.type == "cuda" else "gloo"
-            group = ProcessGroup(dist_env, backend, device if backend == "nccl" else torch.device("cpu"))
+    device = rank_device(device, dist_env)
+    with process_group(dist_env, device) as group:
         measurement = _measure(params, rule, device, sync, dist_env, group)
-        clean = True
-    finally:
-        if group is not None:
-            group.close(clean)
     measurement.threads = threads
     return measurement
 

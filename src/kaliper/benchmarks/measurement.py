@@ -32,6 +32,16 @@ class MetricDef:
             raise ValueError("a metric needs from_ns or values")
         return [self.from_ns(ns) for ns in timed_ns]
 
+    def scaled(self, factor: float, unit: str, formula: str, *, per: float = 1.0) -> MetricDef:
+        """This metric × factor / per on every sample, in a new unit with its own formula (model TFLOP/s
+        from images/s, % of peak from a FLOP rate): the derived figure follows the samples the way this
+        one does (from each duration, or from the given values). A positive factor keeps the direction."""
+        if self.values is not None or self.from_ns is None:
+            values = [factor * v / per for v in self.values or []]
+            return MetricDef(unit, self.direction, formula, values=values)
+        from_ns = self.from_ns
+        return MetricDef(unit, self.direction, formula, from_ns=lambda ns: factor * from_ns(ns) / per)
+
 
 @dataclass
 class Measurement:

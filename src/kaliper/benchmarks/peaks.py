@@ -262,12 +262,4 @@ def with_peak(
         return metrics, {"peak_note": f"no % of peak: {why} (kaliper.benchmarks.peaks)"}
     rate, scale = metrics[rate_metric], 100.0 * flops_per_unit / found.flops
     formula = f"100 × {rate_metric} / peak ({found.model}, {precision}: {found.flops / TERA:g} TFLOP/s; derived.peak)"
-    from_ns = rate.from_ns
-    if rate.values is not None or from_ns is None:
-        values = [scale * v for v in rate.values or []]
-        pct = MetricDef(unit="%", direction="more_is_better", formula=formula, values=values)
-    else:
-        pct = MetricDef(
-            unit="%", direction="more_is_better", formula=formula, from_ns=lambda ns: scale * from_ns(ns)
-        )
-    return {**metrics, PCT_METRIC: pct}, {"peak": found.as_record()}
+    return {**metrics, PCT_METRIC: rate.scaled(scale, "%", formula)}, {"peak": found.as_record()}

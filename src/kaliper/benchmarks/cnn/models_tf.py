@@ -332,17 +332,8 @@ def model_flops(
     with its formulas for `derived.flops`."""
     forward = forward_flops_per_image(model)
     per_image = (3 if train else 1) * forward
-    images = metrics["images_per_s"]
     formula = f"{'3 * ' if train else ''}forward_flops_per_image * images_per_s / 1e12 (derived.flops)"
-    if images.values is not None or images.from_ns is None:
-        rate = MetricDef(
-            "TFLOP/s", "more_is_better", formula, values=[per_image * v / 1e12 for v in images.values or []]
-        )
-    else:
-        from_ns = images.from_ns
-        rate = MetricDef(
-            "TFLOP/s", "more_is_better", formula, from_ns=lambda ns: per_image * from_ns(ns) / 1e12
-        )
+    rate = metrics["images_per_s"].scaled(per_image, "TFLOP/s", formula, per=1e12)
     return {**metrics, "model_tflops": rate}, {
         "forward_per_image": forward,
         "per_image": per_image,

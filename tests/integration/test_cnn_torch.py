@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from kaliper.jobs.manifest import replica_counts
 from kaliper.metrics.sampling import CONVERGED, SamplingRule, collect
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import ResultRecord, load_record
+from tests.support.ddp import ddp_spec, run_ddp
 
 torch = pytest.importorskip("torch")
 
@@ -35,7 +34,6 @@ from kaliper.benchmarks.cnn.models_torch import build_model, count_parameters  #
 
 pytestmark = pytest.mark.slow
 
-IMAGE = "ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0"
 TINY = SamplingRule(warmup=2, target_rel_ci=0.5, min_samples=5, max_samples=8, max_time_s=3.0)
 BATCH = 8
 
@@ -233,43 +231,11 @@ def test_distributed_env() -> None:
 # ---------------------------------------------------------------------------------------------- PyTorchJob DDP
 
 
-DDP_SPEC = f"""\
-name: cnn-ddp
-workload:
-  name: cnn-train
-  framework: pytorch
-  params: {{model: small, batch_size: {BATCH}, image_size: 32, num_classes: 10, device: cpu, threads: 0}}
-repetitions: 1
-sampling: {{warmup: 2, target_rel_ci: 0.5, min_samples: 6, max_samples: 12, max_time: 3s}}
-job:
-  kind: PyTorchJob
-  replicas: {{Master: 1, Worker: 1}}
-  image: {IMAGE}
-  resources: {{cpu: "1", memory: 2Gi}}
-  timeout: 5m
-"""
-
-
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    tmp = tmp_path_factory.mktemp("ddp")
-    spec = tmp / "spec.yaml"
-    spec.write_text(DDP_SPEC)
-    store = tmp / "store"
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "kaliper", "run", str(spec), "--storage", f"file://{store}"],
-        cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    trial = next((store / "experiments").glob("*/trials/t000"))
+    params = {"model": "small", "batch_size": BATCH, "image_size": 32, "num_classes": 10}
+    spec = ddp_spec("cnn-ddp", "cnn-train", params, max_samples=12)
+    trial = run_ddp(spec, tmp_path_factory.mktemp("ddp"), timeout=300)
     return {"trial": trial, "run": trial / "runs" / "0"}
 
 

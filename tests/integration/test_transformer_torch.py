@@ -19,6 +19,7 @@ from kaliper.benchmarks.runtime import run_workload
 from kaliper.benchmarks.transformer import flops
 from kaliper.metrics.sampling import SamplingRule
 from kaliper.results.record import ResultRecord, load_record
+from tests.support.ddp import ddp_spec, run_ddp
 
 torch = pytest.importorskip("torch")
 
@@ -29,7 +30,6 @@ from kaliper.benchmarks.transformer.model import GPT, GPTConfig, KVCache, count_
 
 pytestmark = pytest.mark.slow
 
-IMAGE = "ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0"
 TINY = SamplingRule(warmup=2, target_rel_ci=0.5, min_samples=6, max_samples=8, max_time_s=3.0)
 # The FLOP test's model: d large enough that biases and norms (13·d per layer, which the counter does not
 # see) stay under 1% of the 12·d² weights, the head a quarter of N as in small real models.
@@ -231,41 +231,10 @@ def test_a_failed_compile_is_a_failed_run_with_the_reason(tmp_path: Path) -> Non
 # ---------------------------------------------------------------------------------------------- DDP
 
 
-DDP_SPEC = f"""\
-name: transformer-ddp
-workload:
-  name: transformer-train
-  framework: pytorch
-  params: {{layers: 1, d_model: 32, heads: 2, vocab: 64, seq_len: 16, batch_size: 2, device: cpu, threads: 0}}
-repetitions: 1
-sampling: {{warmup: 2, target_rel_ci: 0.5, min_samples: 6, max_samples: 10, max_time: 3s}}
-job:
-  kind: PyTorchJob
-  replicas: {{Master: 1, Worker: 1}}
-  image: {IMAGE}
-  resources: {{cpu: "1", memory: 2Gi}}
-  timeout: 5m
-"""
-
-
 def test_ddp_pytorchjob_trains_in_sync(tmp_path: Path) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(DDP_SPEC)
-    store = tmp_path / "store"
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "kaliper", "run", str(spec), "--storage", f"file://{store}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    run = next((store / "experiments").glob("*/trials/t000/runs/0"))
+    params = {"layers": 1, "d_model": 32, "heads": 2, "vocab": 64, "seq_len": 16, "batch_size": 2}
+    trial = run_ddp(ddp_spec("transformer-ddp", "transformer-train", params, max_samples=10), tmp_path, 600)
+    run = trial / "runs" / "0"
     records = {path.name: json.loads(path.read_text()) for path in run.glob("*-0.json")}
     assert set(records) == {"master-0.json", "worker-0.json"}
     for name, rank in (("master-0.json", 0), ("worker-0.json", 1)):

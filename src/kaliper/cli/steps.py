@@ -77,7 +77,12 @@ def step_configure(
 ExperimentId = Annotated[str, typer.Option(help="Experiment id (from the configure step).")]
 Timeout = Annotated[float, typer.Option(min=1, help="Seconds to wait for one run's job to finish.")]
 WorkflowUid = Annotated[
-    str | None, typer.Option("--workflow-uid", help="Owner of the jobs (Argo: {{workflow.uid}}).")
+    str | None,
+    typer.Option(
+        "--workflow-uid",
+        help="Owner of the jobs (Argo: {{workflow.uid}}); without it (KFP), the step's own pod, named by "
+        "KALIPER_POD_NAME, KALIPER_POD_UID and KALIPER_POD_NAMESPACE (downward API).",
+    ),
 ]
 VolumeClaim = Annotated[
     str | None, typer.Option("--volume-claim", help="PVC holding file:// storage, mounted in the jobs.")
@@ -186,8 +191,10 @@ def _launcher(
 ) -> tuple[StorageType, Callable[[Run], LaunchDoc]]:
     """The storage and one run's launch (the cluster backend, kaliper.execution.kube_launch), checked against the workflow's
     spec; a chunk reads its runs from the same storage."""
+    from kaliper import settings
     from kaliper.configurator.jobcheck import JobExpectations
     from kaliper.execution.executor import RunRef
+    from kaliper.execution.jobobject import PodOwner
     from kaliper.execution.kube_launch import KubernetesJobExecutor
     from kaliper.reporter.trial_samples import write_trial_samples
     from kaliper.steps.configure import load_step_spec
@@ -206,6 +213,8 @@ def _launcher(
         mount_path=mount_path,
         expect=JobExpectations.of(load_step_spec(spec_text, templates_json).spec),
         after_run=write_trial_samples,
+        # KFP has no Workflow uid: the jobs are owned by this pod, named by the downward API
+        owner_pod=PodOwner.from_settings(settings.current()) if workflow_uid is None else None,
     )
 
     def launch(run: Run) -> LaunchDoc:

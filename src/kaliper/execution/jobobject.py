@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from kaliper import settings
 from kaliper.errors import ExecutionError, InputError
 from kaliper.jobs.kubeflow import (
     CONTAINER_NAME,
@@ -94,6 +96,53 @@ def owner_reference(workflow_name: str, workflow_uid: str) -> dict[str, Any]:
     }
 
 
+# The launch step's own pod through the downward API (env var, field path): kaliper.workflows.kfp sets them
+# on the launch task, PodOwner reads them back.
+POD_FIELD_ENV: Final = (
+    (settings.POD_NAME.name, "metadata.name"),
+    (settings.POD_UID.name, "metadata.uid"),
+    (settings.POD_NAMESPACE.name, "metadata.namespace"),
+)
+
+
+@dataclass(frozen=True)
+class PodOwner:
+    """The launch step's own pod as the owner of its jobs, where no Workflow uid reaches the step (KFP has no
+    placeholder for it): the KFP backend deletes a run's Argo Workflow, and so its pods, when the run is
+    deleted or its finished state is persisted, and the garbage collector then deletes the jobs.
+
+    `controller` is false: a pod does not manage a TFJob, and Kueue reads a job's *controller* owner to
+    decide whether it is a child of something Kueue admits (with its pod integration on, a Pod is), which
+    would keep a queued job from being admitted on its own. `blockOwnerDeletion` is false as for the
+    Workflow (owner_reference). An owner must be in its dependent's namespace, or the garbage collector
+    treats it as absent and deletes the dependent at once: a job in another namespace gets no owner.
+    """
+
+    name: str
+    uid: str
+    namespace: str
+
+    @classmethod
+    def from_settings(
+        cls, given: settings.Settings, namespace_file: Path = SA_NAMESPACE_FILE
+    ) -> PodOwner | None:
+        """The pod the downward API names (POD_FIELD_ENV); None unless both its name and uid are set."""
+        name, uid = given[settings.POD_NAME], given[settings.POD_UID]
+        if not name or not uid:
+            return None
+        return cls(name, uid, given[settings.POD_NAMESPACE] or pod_namespace(namespace_file))
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": self.name,
+            "uid": self.uid,
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+
+
 def kaliper_labels(experiment: str, trial: str, repetition: int, workflow_name: str) -> dict[str, str]:
     return {
         LABEL_EXPERIMENT: experiment,
@@ -114,8 +163,12 @@ def prepare_job(
     namespace: str,
     volume_claim: str | None = None,
     mount_path: str | None = None,
+    owner_pod: PodOwner | None = None,
 ) -> dict[str, Any]:
-    """The object to create for one repetition; `manifest` (the trial's job.yaml) is not modified."""
+    """The object to create for one repetition; `manifest` (the trial's job.yaml) is not modified.
+
+    Its owner: the Workflow when `workflow_uid` is given (Argo), else `owner_pod` when it is in the job's
+    namespace (KFP), else none."""
     if (volume_claim is None) != (mount_path is None):
         raise InputError("a results volume needs both the claim name and the mount path, or neither")
     if mount_path is not None and not mount_path.startswith("/"):
@@ -129,9 +182,14 @@ def prepare_job(
     metadata["namespace"] = namespace
     labels = kaliper_labels(experiment, trial, repetition, workflow_name)
     metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
+    owner = None
     if workflow_uid:
-        owners = [o for o in metadata.get("ownerReferences") or [] if o.get("uid") != workflow_uid]
-        metadata["ownerReferences"] = [*owners, owner_reference(workflow_name, workflow_uid)]
+        owner = owner_reference(workflow_name, workflow_uid)
+    elif owner_pod is not None and owner_pod.namespace == namespace:
+        owner = owner_pod.reference()
+    if owner is not None:
+        owners = [o for o in metadata.get("ownerReferences") or [] if o.get("uid") != owner["uid"]]
+        metadata["ownerReferences"] = [*owners, owner]
     # v1: every replica's pod template; a TrainJob: Kaliper's runtime patch of the trainer's pods
     for template in pod_templates(job):
         pod_meta = template.setdefault("metadata", {})

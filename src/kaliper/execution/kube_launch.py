@@ -32,7 +32,13 @@ from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
 from kaliper.errors import ExecutionError, InputError
 from kaliper.execution import AfterRun
 from kaliper.execution.executor import RunRef
-from kaliper.execution.jobobject import ownership_problem, plural_of, prepare_job, resolve_namespace
+from kaliper.execution.jobobject import (
+    PodOwner,
+    ownership_problem,
+    plural_of,
+    prepare_job,
+    resolve_namespace,
+)
 from kaliper.execution.jobstate import (
     JobState,
     PodView,
@@ -108,7 +114,8 @@ class _Watched:
 @dataclass(frozen=True)
 class KubernetesJobExecutor:
     """The cluster backend (kaliper.execution.executor): a run's job created in the workflow's namespace,
-    waited for and recorded (`launch_run`); a retried step adopts the job, or returns the stored run."""
+    waited for and recorded (`launch_run`); a retried step adopts the job, or returns the stored run.
+    The jobs' owner: the Workflow (`workflow_uid`, Argo), else the step's own pod (`owner_pod`, KFP)."""
 
     storage: Storage
     experiment: str
@@ -120,6 +127,7 @@ class KubernetesJobExecutor:
     api: JobApi | None = None
     expect: JobExpectations | None = None
     after_run: AfterRun | None = None
+    owner_pod: PodOwner | None = None
 
     def execute(self, run: RunRef) -> LaunchDoc:
         return launch_run(
@@ -136,6 +144,7 @@ class KubernetesJobExecutor:
             job_sha256=run.job_sha256,
             expect=self.expect,
             after_run=self.after_run,
+            owner_pod=self.owner_pod,
         )
 
 
@@ -154,6 +163,7 @@ def launch_run(
     job_sha256: str | None = None,
     expect: JobExpectations | None = None,
     after_run: AfterRun | None = None,
+    owner_pod: PodOwner | None = None,
 ) -> LaunchDoc:
     """Run one repetition of a trial as a Kubernetes job and store its launch.json (returned).
 
@@ -161,6 +171,7 @@ def launch_run(
     configure step passed on (`job_sha256`, from the workflow's runs list) and it passes the manifest
     checks again (`expect`: the workflow's spec; without it, the stored trial and spec). `after_run`: what
     the caller does once launch.json is stored (`kaliper step launch`: the trial's samples file).
+    `owner_pod`: the job's owner when no `workflow_uid` is given (jobobject.PodOwner).
     """
     key = layout.launch_key(experiment, trial, repetition)
     if storage.exists(key):
@@ -172,6 +183,10 @@ def launch_run(
             f"{storage.location(layout.job_key(experiment, trial))}: {problem}; refusing to create the job"
         )
     namespace = resolve_namespace(manifest)
+    if not workflow_uid and owner_pod is not None and owner_pod.namespace != namespace:
+        log.warning("the job goes to namespace %s, its launch pod %s runs in %s: an owner must be in its "
+                    "job's namespace, so the job gets none and stays after the run; delete it by hand",
+                    namespace, owner_pod.name, owner_pod.namespace)  # fmt: skip
     body = prepare_job(
         manifest,
         experiment,
@@ -182,6 +197,7 @@ def launch_run(
         namespace=namespace,
         volume_claim=volume_claim,
         mount_path=mount_path,
+        owner_pod=owner_pod,
     )
     plural, name = plural_of(body), body["metadata"]["name"]
     deadline = time.monotonic() + timeout_s

@@ -4,6 +4,11 @@ Shape: `configure` → `dsl.ParallelFor` over its list of runs (`parallelism` fr
 run → `report` as the `dsl.ExitHandler` task, so a report is written even when runs fail. KFP's UI and
 API accept only its own IR (PipelineSpec, schemaVersion 2.1.0), not Argo YAML, hence this second builder.
 
+Cleanup: the Argo front-end makes the Workflow the owner of the jobs (`{{workflow.uid}}`); KFP has no
+placeholder for the uid of the Argo Workflow it runs, so the launch task's own pod owns them, named by the
+downward API (`_env`): the KFP backend deletes the run's Workflow, and with it its pods, when the run is
+deleted or its finished state is persisted, and the garbage collector then takes the jobs.
+
 What KFP cannot say per pipeline: the service account. Every step runs as the run's service account
 (`default-editor` in a Kubeflow profile namespace; set per run or recurring run), so that account needs
 the rights `manifests/` gives `kaliper` (create/get/list/watch TFJobs, PyTorchJobs and TrainJobs, read
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from kaliper.errors import SpecError
+from kaliper.execution.jobobject import POD_FIELD_ENV
 from kaliper.workflows.kfp_chunks import launch_chunks
 from kaliper.workflows.plan import (
     STEP_RESOURCES,
@@ -48,7 +54,8 @@ EXPERIMENT: Final = "experiment"
 def _placeholders(
     spec: Any, storage: Any, workflow_name: Any, workflow_created: Any, templates: Any = None
 ) -> Placeholders:
-    """plan.py's Placeholders spelled with a component's input placeholders (no ownerReference: no uid)."""
+    """plan.py's Placeholders spelled with a component's input placeholders (no Workflow uid: the launch
+    step's pod owns the jobs, see `_env`)."""
     return Placeholders(
         workflow_name=workflow_name,
         workflow_created=workflow_created,
@@ -144,9 +151,14 @@ def _template_components(plan: ClusterPlan) -> tuple[Any, Any, Any]:
 
 def _env(plan: ClusterPlan, task: Any, step: str) -> None:
     """The step's env from plan.py (S3 settings for s3:// storage, Prometheus for the report): values as
-    container env, credentials as the platform spec's secretAsEnv (the Secret's name and keys, never values)."""
+    container env, credentials as the platform spec's secretAsEnv (the Secret's name and keys, never values).
+    The launch step also gets its own pod's name, uid and namespace (the downward API, as the platform spec's
+    fieldPathAsEnv): KFP has no Workflow uid to give, so that pod owns the jobs the step creates."""
     from kfp import kubernetes
 
+    if step == "launch":
+        for env_name, field_path in POD_FIELD_ENV:
+            kubernetes.use_field_path_as_env(task, env_name=env_name, field_path=field_path)
     secrets: dict[tuple[str, bool], dict[str, str]] = {}
     for var in plan.step_env(step):
         if "value" in var:

@@ -16,7 +16,8 @@ from kaliper.workflows.plan import ClusterPlan, Placeholders, launch_chunk_argv
 
 
 def _placeholders(spec: Any, storage: Any, workflow_name: Any, templates: Any = None) -> Placeholders:
-    """plan.py's Placeholders spelled with the component's inputs (launch reads neither time nor uid)."""
+    """plan.py's Placeholders spelled with the component's inputs (launch reads neither time nor a Workflow
+    uid: its pod owns the jobs, kfp.py `_env`)."""
     return Placeholders(
         workflow_name=workflow_name,
         workflow_created="",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +39,7 @@ from kaliper.results.protocol import result_line
 from kaliper.results.record import load_record
 from kaliper.spec import spec_from_text
 from kaliper.storage import Storage, layout, open_storage
+from tests.support.cli import in_process
 from tests.support.paths import FIXTURES
 
 KUBE = FIXTURES / "kube"
@@ -509,6 +511,57 @@ def test_credentials_from_kubeconfig_outside_a_cluster(
     server.script = Script(lists=[listing(version="777")])
     assert JobApi.from_environment().list_job("bench", "pytorchjobs", "nothing") == (None, "777")
     assert server.requests[-1].authorization == "Bearer t0ken"
+
+
+def test_the_kfp_launch_step_makes_its_own_pod_the_jobs_owner(
+    tmp_path: Path, server: ApiServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`kaliper step launch` as the KFP pipeline runs it: no --workflow-uid (KFP has none), its pod's name,
+    uid and namespace in the env (the downward API, kaliper.workflows.kfp): the job is created with that
+    pod as its owner, so the garbage collector deletes it with the run's pods."""
+    storage = write_experiment(tmp_path, PYTORCH)
+    name = job_name("ddp-t000", WF, EXP, "t000", 0)
+    rec = recording("watch-expired.json", name)
+    server.script = Script(lists=rec["lists"][1:], pods=lambda job: rec["pods"])
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "loop", "cluster": {"server": server.url}}],
+        "users": [{"name": "me", "user": {"token": "t0ken"}}],
+        "contexts": [{"name": "loop", "context": {"cluster": "loop", "user": "me"}}],
+        "current-context": "loop",
+    }
+    (tmp_path / "kubeconfig").write_text(json.dumps(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    pod, uid = "kaliper-ddp-8xk2p-system-container-impl-2718281828", "9b2c7e10-4f3a-4d5e-8a6b-7c8d9e0f1a2b"
+    monkeypatch.setenv("KALIPER_POD_NAME", pod)
+    monkeypatch.setenv("KALIPER_POD_UID", uid)
+    monkeypatch.setenv("KALIPER_POD_NAMESPACE", "bench")
+    digest = hashlib.sha256(storage.get(layout.job_key(EXP, "t000"))).hexdigest()
+
+    def step_launch(rep: int) -> subprocess.CompletedProcess[str]:
+        return in_process("step", "launch", "--spec-text", SPEC.format(**PYTORCH), "--storage", storage.url,
+                          "--experiment", EXP, "--trial", "t000", "--repetition", str(rep), "--job-sha256",
+                          digest, "--workflow-name", WF, "--timeout", "30", cwd=tmp_path)  # fmt: skip
+
+    done = step_launch(0)
+    assert done.returncode == 0, done.stderr
+    assert f"job: {name}: succeeded" in done.stdout
+    (create,) = server.received("POST", "/apis/kubeflow.org/v1/namespaces/bench/pytorchjobs")
+    assert create.body["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": pod,
+        "uid": uid, "controller": False, "blockOwnerDeletion": False}]  # fmt: skip
+    assert create.authorization == "Bearer t0ken"
+
+    # The launch pod in another namespace than the job's: no owner (the garbage collector would take it
+    # as absent and delete the job at once), and the step says that the job will stay.
+    monkeypatch.setenv("KALIPER_POD_NAMESPACE", "kubeflow-user")
+    server.script = Script(lists=[listing()])  # the job is gone at once; only the create matters here
+    step_launch(1)
+    (create,) = server.received("POST", "/apis/kubeflow.org/v1/namespaces/bench/pytorchjobs")[1:]
+    assert create.body["metadata"]["name"] == job_name("ddp-t000", WF, EXP, "t000", 1)
+    assert "ownerReferences" not in create.body["metadata"]
+    assert "an owner must be in its job's namespace" in caplog.text
 
 
 def test_no_credentials_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

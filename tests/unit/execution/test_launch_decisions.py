@@ -17,12 +17,14 @@ import pytest
 import yaml
 from jsonschema import Draft7Validator
 
+from kaliper import settings
 from kaliper.configurator import configure
 from kaliper.errors import InputError
 from kaliper.execution.jobobject import (
     MAX_JOB_NAME,
     RESULTS_VOLUME,
     WORKFLOW_LABEL,
+    PodOwner,
     job_name,
     ownership_problem,
     plural_of,
@@ -399,6 +401,43 @@ def test_prepared_job_names_labels_and_owner(tmp_path: Path) -> None:
     ]
     assert plural_of(job) == "pytorchjobs"
     assert "ownerReferences" not in prepared(tmp_path, workflow_uid=None)["metadata"]
+
+
+POD = PodOwner(
+    "kaliper-quickstart-x7k2q-system-container-impl-1234", "7d1e0f52-9a3b-4c6d-8e2f-0a1b2c3d4e5f", "bench"
+)
+
+
+def test_without_a_workflow_uid_the_launch_pod_owns_the_job(tmp_path: Path) -> None:
+    """KFP: the Pod as a non-controlling owner (Kueue reads a controller owner as a parent it admits), never
+    blocking its deletion; the Workflow when its uid is given; none for a pod in another namespace (the
+    garbage collector would take an owner there as absent and delete the job at once)."""
+    job = prepared(tmp_path, workflow_uid=None, owner_pod=POD)
+    assert job["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": POD.name,
+            "uid": POD.uid,
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+    ]
+    argo = prepared(tmp_path, owner_pod=POD)["metadata"]["ownerReferences"]
+    assert [(o["kind"], o["uid"]) for o in argo] == [("Workflow", NAMES["WFUID"])]
+    elsewhere = PodOwner(POD.name, POD.uid, "kubeflow-user")
+    assert "ownerReferences" not in prepared(tmp_path, workflow_uid=None, owner_pod=elsewhere)["metadata"]
+
+
+def test_the_pod_owner_comes_from_the_downward_api_variables(tmp_path: Path) -> None:
+    own = tmp_path / "namespace"
+    own.write_text("argo-runs\n")
+    names = {"KALIPER_POD_NAME": POD.name, "KALIPER_POD_UID": POD.uid}
+    assert PodOwner.from_settings(settings.of({**names, "KALIPER_POD_NAMESPACE": "bench"}), own) == POD
+    # without the namespace variable, the service account's namespace (the pod's own)
+    assert PodOwner.from_settings(settings.of(names), own) == PodOwner(POD.name, POD.uid, "argo-runs")
+    assert PodOwner.from_settings(settings.of({"KALIPER_POD_NAME": POD.name}), own) is None
+    assert PodOwner.from_settings(settings.of({"KALIPER_POD_UID": POD.uid}), own) is None
 
 
 def test_results_volume_on_every_container(tmp_path: Path) -> None:

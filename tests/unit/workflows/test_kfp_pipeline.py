@@ -22,6 +22,7 @@ from kfp.kubernetes import kubernetes_executor_config_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from kaliper.spec import S3Spec, load_spec
+from kaliper.workflows.chunking import Chunking
 from kaliper.workflows.kfp import pipeline_yaml
 from kaliper.workflows.plan import (
     EXPERIMENT_OUTPUT,
@@ -215,7 +216,7 @@ def test_executors_run_the_step_image_and_command_lines_of_plan_py() -> None:
         assert container["command"] + container["args"] == expected[name]
     # KFP writes configure's outputs where it reads them back, not to the Argo front-end's fixed files.
     assert RUNS_OUTPUT not in containers["configure"]["args"]
-    assert "--workflow-uid" not in containers["launch"]["args"]  # no ownerReference under KFP
+    assert "--workflow-uid" not in containers["launch"]["args"]  # KFP: the launch pod owns the jobs
 
 
 def test_run_time_values_come_from_kfp_placeholders_and_pipeline_parameters() -> None:
@@ -424,6 +425,28 @@ def test_node_selector_tolerations_and_launch_deadline_reach_the_pods() -> None:
     # The launch pod gets the Argo launch template's budget: the step's own wait plus time to start.
     assert int(executors["exec-launch"]["activeDeadlineSeconds"]) == plan.launch_timeout_s + 300
     assert "activeDeadlineSeconds" not in executors["exec-configure"]
+
+
+def test_the_launch_pod_learns_its_own_name_uid_and_namespace_to_own_its_jobs() -> None:
+    """KFP gives no Workflow uid, so the launch step names its own pod as the jobs' owner: the downward API
+    fields reach the launch container only (the KFP driver sets fieldPathAsEnv on the main container), in
+    the per-run and in the chunked shape."""
+    wanted = [
+        {"name": "KALIPER_POD_NAME", "fieldPath": "metadata.name"},
+        {"name": "KALIPER_POD_UID", "fieldPath": "metadata.uid"},
+        {"name": "KALIPER_POD_NAMESPACE", "fieldPath": "metadata.namespace"},
+    ]
+    plan = _plan()
+    executors = _platform_executors(plan)
+    assert executors["exec-launch"]["fieldPathAsEnv"] == wanted
+    for name in ("exec-configure", "exec-report"):
+        assert "fieldPathAsEnv" not in executors[name], name
+    chunked = dataclasses.replace(
+        plan, chunking=Chunking(runs=30, size=10, chunks=3, concurrency=1, parallelism=1)
+    )
+    chunk_executors = _platform_executors(chunked)
+    assert chunk_executors["exec-launch-chunk"]["fieldPathAsEnv"] == wanted
+    assert {n for n, c in chunk_executors.items() if "fieldPathAsEnv" in c} == {"exec-launch-chunk"}
 
 
 # --- determinism, lazy import -------------------------------------------------------------------------

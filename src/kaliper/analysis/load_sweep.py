@@ -5,7 +5,9 @@ what was achieved, the latency at the bound's percentile and LoadGen's verdict.
 
 Definitions (stated, because "the knee" has several in use):
 - highest valid load: the largest *achieved* QPS among points LoadGen judged VALID (VALID in the
-  Server scenario means the latency at the percentile met the bound and enough queries ran);
+  Server scenario means the latency at the percentile met the bound and enough queries ran) and whose
+  queries were all answered (a failed query is completed at once for LoadGen, so a server that errors
+  fast would otherwise look VALID at any load);
 - knee: the first point, in order of target QPS, whose latency at the percentile exceeds `k` times
   the lowest-load point's (k = 2 by default): where queueing starts to dominate service time. Kneedle
   style maximum-curvature estimates need many evenly spaced points and are unstable on the 4 to 8
@@ -53,10 +55,12 @@ def sweep_answer(points: Sequence[LoadPoint], knee_factor: float = KNEE_FACTOR) 
 
 def point_from_derived(derived: dict[str, object]) -> LoadPoint | None:
     """The point a `serve` record's `derived` describes (kaliper.benchmarks.serve.workload), or None for
-    a record of another workload or a run without a target (SingleStream, MultiStream)."""
+    a record of another workload or a run without a target (SingleStream, MultiStream); valid when
+    LoadGen said VALID and no query failed."""
     target, achieved, latency = (
         derived.get(k) for k in ("target_qps", "achieved_qps", "latency_at_percentile_ms")
     )
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (target, achieved, latency)):
         return None
-    return LoadPoint(float(target), float(achieved), float(latency), derived.get("valid") is True)  # type: ignore[arg-type]
+    valid = derived.get("valid") is True and not derived.get("queries_failed")
+    return LoadPoint(float(target), float(achieved), float(latency), valid)  # type: ignore[arg-type]

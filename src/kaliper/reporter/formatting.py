@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kaliper.reporter.aggregate import RunResult, TrialResult
@@ -127,9 +127,38 @@ def workload_label(workload: dict[str, Any]) -> str:
     return str(workload.get("template") or "custom")
 
 
-def sampling_text(workload: dict[str, Any], s: dict[str, Any]) -> str:
+# The built-in workload whose samples LoadGen takes (kaliper.benchmarks.serve), and the parameters that say
+# how many: LoadGen's scenario and its run length settings.
+SERVE_WORKLOAD = "serve"
+LOADGEN_LENGTH = ("min_duration", "min_query_count", "max_duration")
+
+
+def _serve_sampling_text(workload: dict[str, Any], trials: Sequence[TrialResult]) -> str:
+    """How a serve run's samples were taken: LoadGen's scenario and settings decide, not the sampling rule.
+    The settings as the trials ran them (several values where the matrix sweeps one)."""
+    given = workload.get("params") or {}
+    params = [t.doc.params for t in trials] or [given]
+
+    def values(name: str) -> str:
+        found = dict.fromkeys(str(p[name]) for p in params if name in p)
+        return " or ".join(found) or "LoadGen's default"
+
+    return (
+        "Samples per run: LoadGen decides how many queries a run sends and for how long, not Kaliper's "
+        f"sampling rule (the spec's sampling section is not used): scenario {values('scenario')}, at least "
+        f"min_duration {values('min_duration')} and min_query_count {values('min_query_count')} queries, at "
+        f"most max_duration {values('max_duration')} (0s: no limit). Every query's latency (completion − "
+        "scheduled issue, from LoadGen's trace) is a sample, with no warm-up (a LoadGen performance run has "
+        "none); LoadGen's verdict is the run's: an INVALID run is a failed one."
+    )
+
+
+def sampling_text(workload: dict[str, Any], s: dict[str, Any], trials: Sequence[TrialResult] = ()) -> str:
     """The report's one sentence on how a run's samples were taken: by Kaliper's sampling loop for a
-    built-in workload; read from what the user's own job printed (the rule only judged) for a command."""
+    built-in workload; read from what the user's own job printed (the rule only judged) for a command;
+    by LoadGen for the serve workload (its settings as `trials` ran them)."""
+    if workload.get("name") == SERVE_WORKLOAD:
+        return _serve_sampling_text(workload, trials)
     target = f"the {s['confidence']:.0%} distribution-free CI of the median within {s['target_rel_ci']:.1%} of the median"
     if workload.get("rules") is not None or workload.get("command") is not None:
         return (

@@ -6,7 +6,8 @@ is validated in full (the boundary), then reduced at once to a `RecordView`: slo
 metric's per-sample values as one numpy array, the stack, hardware, workload and parameters shared
 between the records that have equal ones. What the reporter does not read (warm-up samples, raw
 nanoseconds, `derived`) is dropped, but for a trace replay's recording judgement (`RecordingView`, from
-`derived.trace.judgement`): a few fields, one instance per distinct judgement, None on other records.
+`derived.trace.judgement`): a few fields, one instance per distinct judgement, None on other records;
+and a serve run's point on its load sweep (kaliper.results.load_view.LoadView), None on other records.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pydantic import TypeAdapter
 from kaliper.analysis.pickling import quick_pickle
 from kaliper.jobs.kubeflow import replica_name
 from kaliper.results.documents import FailureInfo, LaunchDoc
+from kaliper.results.load_view import SERVE_WORKLOAD, LoadView
 from kaliper.results.record import Hardware, ResultRecord, Stack, WorkloadInfo
 
 _WHEN = TypeAdapter(datetime)  # the records' own parsing, for what `_when` cannot read
@@ -185,6 +187,7 @@ class RecordView:
     stack: Stack
     hardware: Hardware
     recording: RecordingView | None = None  # a trace replay's recording judgement (shared); else None
+    load: LoadView | None = None  # a serve run's load point (target, achieved QPS, latency, verdict)
 
     @property
     def replica(self) -> str:
@@ -270,6 +273,9 @@ class Interner:
             stack=record.stack,  # already shared by RecordLoader
             hardware=record.hardware,
             recording=self.derived_recording(record.derived) if record.derived else None,
+            load=LoadView.of(record.derived)
+            if record.derived and record.workload.name == SERVE_WORKLOAD
+            else None,
         )
 
     def launch(self, doc: LaunchDoc) -> LaunchView:
@@ -303,7 +309,9 @@ class Interner:
         }
         w = view.workload
         # A trace replay's recording judgement, only where there is one (other entries are as they were).
-        recording = {} if view.recording is None else {"recording": view.recording.entry()}
+        extra: dict[str, Any] = {} if view.recording is None else {"recording": view.recording.entry()}
+        if w.name == SERVE_WORKLOAD:  # a serve record's entry always has `load` (record_of_entry)
+            extra["load"] = None if view.load is None else view.load.entry()
         return {
             "ids": [view.experiment, view.trial, view.repetition, view.replica_type, view.replica_index],
             "status": view.status,
@@ -318,7 +326,7 @@ class Interner:
             "metrics": metrics,
             "stack": stack,
             "hardware": hardware,
-            **recording,
+            **extra,
         }
 
     def record_of_entry(self, entry: dict[str, Any], stack: Stack, hardware: Hardware) -> RecordView:
@@ -349,6 +357,8 @@ class Interner:
             ].items()
         }
         judged = entry.get("recording")  # a trace replay's recording judgement (absent: none)
+        # A serve record's load point; an entry without the item predates it: KeyError, the record is read.
+        load = entry["load"] if name == SERVE_WORKLOAD else None
         return RecordView(
             experiment=str(experiment),
             trial=str(trial),
@@ -368,6 +378,7 @@ class Interner:
             stack=stack,
             hardware=hardware,
             recording=self.recording(RecordingView.of_entry(judged)) if judged is not None else None,
+            load=None if load is None else LoadView.of_entry(load),
         )
 
     @staticmethod

@@ -34,3 +34,10 @@ def test_point_from_a_serve_records_derived() -> None:
     assert (
         point_from_derived({"target_qps": None, "achieved_qps": 3.0, "latency_at_percentile_ms": 1.0}) is None
     )
+
+
+def test_a_point_with_failed_queries_is_not_valid_whatever_loadgen_said() -> None:
+    """A failed query is completed at once for LoadGen: a server that errors fast looks VALID to it."""
+    derived = {"target_qps": 20.0, "achieved_qps": 19.5, "latency_at_percentile_ms": 0.1, "valid": True}
+    assert point_from_derived({**derived, "queries_failed": 0}) == LoadPoint(20.0, 19.5, 0.1, True)
+    assert point_from_derived({**derived, "queries_failed": 3}) == LoadPoint(20.0, 19.5, 0.1, False)

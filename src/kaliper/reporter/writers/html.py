@@ -6,7 +6,8 @@ text and attributes alike; table cells are escaped before `html_page.table`); no
 inside the `<style>` or `<script>` elements, which are constants; a Content-Security-Policy allows no
 network fetches and only the page's own (hash-pinned) script, which marks `<body data-kaliper-ready="1">`
 once it ran, so even a missed escape could not run a script (kaliper.reporter.writers.html_page). The "Resource
-use" section is kaliper.reporter.writers.html_resources'.
+use" section is kaliper.reporter.writers.html_resources', the "Load sweep" section (a serve QPS sweep's
+latency–throughput curve, only where there is one) kaliper.reporter.writers.html_load_sweep's.
 
 Runs judged contended (environment.json) are marked in their trial's run table (`class="contended"`) and
 each trial says how many were left out and why; without environment documents the page is unchanged.
@@ -30,9 +31,11 @@ from kaliper.reporter.formatting import (
     workload_label,
 )
 from kaliper.reporter.gpu import ENERGY_NOTE, gpu_description, gpu_label, gpu_note
+from kaliper.reporter.load_sweep import load_sweeps
 from kaliper.reporter.report import Report
 from kaliper.reporter.stackdiff import difference_lines, heading
 from kaliper.reporter.verdict_tables import sections
+from kaliper.reporter.writers.html_load_sweep import load_sweep_section
 from kaliper.reporter.writers.html_page import (
     DETAIL_FAILURES,
     STYLE_CONTENDED,
@@ -345,7 +348,7 @@ def _method(result: ExperimentResult, recordings: list[tuple[str, bool]]) -> lis
     s = result.experiment.sampling
     formulas = {n: m.formula for t in result.trials for n, m in t.metrics.items() if m.formula}
     items = [
-        sampling_text(result.experiment.workload, s),
+        sampling_text(result.experiment.workload, s, result.trials),
         "Timers: time.perf_counter_ns; device work is synchronised before a sample ends.",
         "A run is the independent unit: each trial's figure is the median of its run medians; its 95% CI comes "
         "from a seeded hierarchical bootstrap (resample runs, then samples within each run).",
@@ -368,6 +371,7 @@ def report_html(report: Report) -> str:
         *_results(result, summary, metric_names, units, recordings),
         *_distributions(result, metric_names, units),
         *_scaling(result, metric_names, units),
+        *load_sweep_section(load_sweeps(result)),
         *_comparisons(report.comparisons),
         *resource_section(result),
         *_provenance(result),

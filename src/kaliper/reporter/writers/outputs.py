@@ -5,6 +5,8 @@ byte-identical files. Every value that comes from a spec, a record or a run is u
 escapes it (md_text; log tails in md_fence blocks), results.csv defuses formulas (csv_cell). Escaping
 is per output cell, never per sample.
 
+A serve QPS sweep gets a "Load sweep" section (kaliper.reporter.load_sweep), only where there is one.
+
 Runs judged contended (environment.json) are marked where they appear (a column per run, a note per
 trial of what was left out and why); experiments without environment documents get neither, so their
 files are what they always were. Likewise a trace replay's recording judgement: a line under the results
@@ -50,6 +52,7 @@ from kaliper.reporter.gpu import (
     telemetry,
     window_s,
 )
+from kaliper.reporter.load_sweep import DEFINITIONS, answer_lines, load_sweeps, sweep_table
 from kaliper.reporter.report import Report, ReportTables
 from kaliper.reporter.verdict_tables import markdown_lines
 
@@ -161,6 +164,7 @@ def report_markdown(report: Report) -> str:
             cells += [md_text(run_label(run))] if known else []
             lines.append("| " + " | ".join(cells) + " |")
 
+    lines += _load_sweep_markdown(result)
     lines += _resources_markdown(result)
     lines += _gpu_markdown(result)
 
@@ -181,7 +185,7 @@ def report_markdown(report: Report) -> str:
         "",
         "## Method",
         "",
-        f"- {md_text(sampling_text(exp.workload, s))}",
+        f"- {md_text(sampling_text(exp.workload, s, result.trials))}",
         "- Timers: `time.perf_counter_ns`; device work is synchronised before a sample ends.",
         *(f"- {md_text(n)} = {md_text(f)}" for n, f in formulas.items()),
         *([f"- {md_text(method_note(result.include_contended))}"] if known else []),
@@ -189,6 +193,23 @@ def report_markdown(report: Report) -> str:
         *([f"- {md_text(RECORDING_NOTE)}"] if recordings else []),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _load_sweep_markdown(result: ExperimentResult) -> list[str]:
+    """Per serve Server-scenario sweep (kaliper.reporter.load_sweep): its runs by target QPS and its answer;
+    the curve is in report.html. Nothing for an experiment without one."""
+    sweeps = load_sweeps(result)
+    if not sweeps:
+        return []
+    lines = ["", "## Load sweep", "", md_text(DEFINITIONS), ""]
+    for sweep in sweeps:
+        lines += [f"### {md_text(sweep.label)}", ""] if sweep.label else []
+        header, rows = sweep_table(sweep)
+        lines += ["| " + " | ".join(map(md_text, header)) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in rows]
+        lines += ["", *(f"- {md_text(line)}" for line in answer_lines(sweep))]
+        lines += ["- The latency–throughput curve is in report.html.", ""]
+    return lines[:-1]
 
 
 def _resources_markdown(result: ExperimentResult) -> list[str]:

@@ -338,3 +338,101 @@ def timeline_svg(title: str, times: Sequence[float], left: Line, right: Line) ->
     )
     out.append("</svg>")
     return "\n".join(out)
+
+
+@dataclass
+class LoadMarker:
+    """One run on a load sweep's curve: achieved QPS, latency at the bound's percentile, LoadGen's verdict."""
+
+    qps: float
+    latency_ms: float
+    valid: bool
+    tip: str
+    counted: bool = True  # a contended run left out of the answer is drawn faint
+
+
+def _axis_ticks(low: float, high: float, log: bool) -> list[float]:
+    """Decades on a log axis, round values on a linear one."""
+    if not log:
+        return nice_ticks(low, high)
+    return [10.0**k for k in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)]
+
+
+def load_sweep_svg(
+    title: str,
+    x_label: str,
+    y_label: str,
+    markers: list[LoadMarker],
+    bound_ms: float | None,
+    highest: int | None,
+    knee: int | None,
+) -> str:
+    """A load sweep's latency–throughput curve: one marker per run in the given order (by target QPS),
+    dots VALID and crosses INVALID, the latency bound dashed, the highest VALID load (`highest`) and the
+    knee (`knee`) ringed; an axis spanning more than 16× (x) or 50× (y) is logarithmic."""
+    left, top, plot_w, plot_h = 70.0, 30.0, 420.0, 220.0
+    width, height = left + plot_w + 90, top + plot_h + 78
+    xs = [m.qps for m in markers] or [1.0]
+    ys = [m.latency_ms for m in markers] + ([bound_ms] if bound_ms is not None else []) or [1.0]
+    log_x = min(xs) > 0 and max(xs) / min(xs) >= 16
+    log_y = min(ys) > 0 and max(ys) / min(ys) >= 50
+    x_ticks = (
+        _axis_ticks(min(xs) / 1.2, max(xs) * 1.2, True)
+        if log_x
+        else nice_ticks(0.0, max(max(xs), 1e-9) * 1.05)
+    )
+    y_ticks = _axis_ticks(min(ys), max(ys), True) if log_y else nice_ticks(0.0, max(max(ys), 1e-9) * 1.05)
+    x = _Scale(x_ticks[0], x_ticks[-1], left, left + plot_w, log=log_x)
+    y = _Scale(y_ticks[0], y_ticks[-1], top + plot_h, top, log=log_y)
+    out = _open("loadsweep", title, width, height)
+    out += _y_axis(
+        y, y_ticks, left, left + plot_w, y_label + (" (log scale)" if log_y else ""), top + plot_h / 2
+    )
+    for tick in x_ticks:
+        out.append(
+            f'<text x="{_f(x(tick))}" y="{_f(top + plot_h + 14)}" class="xt">{esc(format_number(tick))}</text>'
+        )
+    axis = f"{x_label} (log scale)" if log_x else x_label
+    out.append(f'<text x="{_f(left + plot_w / 2)}" y="{_f(top + plot_h + 32)}" class="gl">{esc(axis)}</text>')
+    if bound_ms is not None:
+        by = y(bound_ms)
+        out.append(
+            f'<line x1="{_f(left)}" x2="{_f(left + plot_w)}" y1="{_f(by)}" y2="{_f(by)}" stroke="{PALETTE[3]}" '
+            f'stroke-dasharray="5 4"><title>{esc(f"latency bound {format_number(bound_ms)} ms")}</title></line>'
+        )
+        out.append(
+            f'<text x="{_f(left + plot_w + 4)}" y="{_f(by + 4)}" text-anchor="start" fill="{PALETTE[3]}">'
+            f"{esc(f'bound {format_number(bound_ms)} ms')}</text>"
+        )
+    path = " ".join(f"{_f(x(m.qps))},{_f(y(m.latency_ms))}" for m in markers)
+    out.append(f'<polyline points="{path}" fill="none" stroke="{PALETTE[0]}" stroke-width="1.5"/>')
+    for index, m in enumerate(markers):
+        px, py = x(m.qps), y(m.latency_ms)
+        faint = "" if m.counted else ' opacity="0.4"'
+        if m.valid:
+            shape = f'<circle cx="{_f(px)}" cy="{_f(py)}" r="4" fill="{PALETTE[2]}"/>'
+        else:
+            shape = (
+                f'<path d="M{_f(px - 4)},{_f(py - 4)} L{_f(px + 4)},{_f(py + 4)} M{_f(px - 4)},{_f(py + 4)} '
+                f'L{_f(px + 4)},{_f(py - 4)}" stroke="{PALETTE[3]}" stroke-width="2"/>'
+            )
+        verdict = "VALID" if m.valid else "INVALID"
+        out.append(f'<g data-verdict="{verdict}"{faint}><title>{esc(m.tip)}</title>{shape}</g>')
+        for marked, mark, label, ring, dash, dy in (
+            (highest, "highest", "highest VALID", 8, "", -12.0),
+            (knee, "knee", "knee", 11, ' stroke-dasharray="2 2"', 22.0),
+        ):
+            if marked == index:
+                out.append(
+                    f'<circle cx="{_f(px)}" cy="{_f(py)}" r="{ring}" fill="none" stroke="#222"{dash} '
+                    f'data-mark="{mark}"/>'
+                    f'<text x="{_f(px)}" y="{_f(py + dy)}" class="xt">{esc(label)}</text>'
+                )
+    legend = (
+        "dot: VALID (LoadGen's verdict, every query answered); cross: INVALID",
+        "rings: the highest VALID load, the knee (dotted); dashed line: the latency bound",
+    )
+    for row, text in enumerate(legend):
+        out.append(f'<text x="{_f(left)}" y="{_f(height - 22 + 16 * row)}" class="lg">{esc(text)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)

@@ -1,9 +1,13 @@
-"""A QPS sweep's answer from its records, until the report draws the curve:
+"""A QPS sweep's answer in a terminal, from its records:
 `python -m kaliper.benchmarks.serve.sweep <storage root>/experiments/<experiment-id>`.
 
-Prints one row per run (target, achieved QPS, latency at the bound's percentile, LoadGen's verdict),
-then the highest load LoadGen judged VALID and the knee (kaliper.analysis.load_sweep's definitions).
-Reads local (file://) experiments only.
+The report's "Load sweep" section (kaliper.reporter.load_sweep) is the full answer: per group of runs
+that differ only in target QPS, the table, the answer in words and, in report.html, the
+latency-throughput curve. This prints the short form without writing a report: one row per run
+(target, achieved QPS, latency at the bound's percentile, and VALID where LoadGen said so and every
+query was answered), then the highest VALID load and the knee (kaliper.analysis.load_sweep's
+definitions), over every serve record of the experiment as one sweep. Reads local (file://) experiments
+only.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ def sweep_points(experiment: Path) -> list[LoadPoint]:
 
 def describe(points: list[LoadPoint]) -> str:
     answer = sweep_answer(points)
-    lines = [f"{'target QPS':>10} {'achieved':>9} {'latency ms':>11} {'LoadGen':>8}"]
+    lines = [f"{'target QPS':>10} {'achieved':>9} {'latency ms':>11} {'verdict':>8}"]
     for p in sorted(points, key=lambda p: p.target_qps):
         lines.append(
             f"{p.target_qps:>10g} {p.achieved_qps:>9.2f} {p.latency_ms:>11.1f} {'VALID' if p.valid else 'INVALID':>8}"

@@ -12,6 +12,7 @@ LoadGen's result keys and per-sample latencies and TTFTs chosen here) through th
 from __future__ import annotations
 
 import json
+import pickle
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -249,6 +250,7 @@ def test_an_entry_from_before_load_points_is_read_again_from_its_record(
     interner = Interner()
     view = sweep[2].result.trials[0].runs[0].primary
     assert view is not None and view.load is not None
+    assert pickle.loads(pickle.dumps(view)) == view  # as a loading process sends it back
     entry = interner.record_entry(view, "stack", "hardware")
     assert interner.record_of_entry(entry, view.stack, view.hardware) == view
     del entry["load"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kaliper.reporter.aggregate import RunResult, TrialResult
@@ -151,6 +151,18 @@ def _serve_sampling_text(workload: dict[str, Any], trials: Sequence[TrialResult]
         "scheduled issue, from LoadGen's trace) is a sample, with no warm-up (a LoadGen performance run has "
         "none); LoadGen's verdict is the run's: an INVALID run is a failed one."
     )
+
+
+def timers_text(workload: dict[str, Any], code: Callable[[str], str] = str) -> str:
+    """The report's one sentence on the clock: Kaliper's timer around a sample, or LoadGen's for serve.
+    `code` marks up a name (Markdown's code span; nothing in HTML)."""
+    if workload.get("name") == SERVE_WORKLOAD:
+        return (
+            "Timers: LoadGen's own (its steady clock, CLOCK_MONOTONIC on Linux): a query's latency from its "
+            "scheduled issue to its completion, time to first token to the first streamed token; Kaliper "
+            "adds no timer of its own."
+        )
+    return f"Timers: {code('time.perf_counter_ns')}; device work is synchronised before a sample ends."
 
 
 def sampling_text(workload: dict[str, Any], s: dict[str, Any], trials: Sequence[TrialResult] = ()) -> str:

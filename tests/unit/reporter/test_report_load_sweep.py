@@ -206,6 +206,9 @@ def test_report_md_method_says_loadgen_decides_a_serve_runs_samples(
         in line
     )
     assert "warm-up samples (recorded, not counted)" not in markdown
+    # LoadGen's clock, not Kaliper's sample timer
+    [timers] = [x for x in markdown.splitlines() if x.startswith("- Timers:")]
+    assert "LoadGen's own" in timers and "perf_counter" not in timers
 
 
 def test_report_html_draws_each_sweeps_curve(sweep: tuple[Storage, str, Report]) -> None:
@@ -222,6 +225,7 @@ def test_report_html_draws_each_sweeps_curve(sweep: tuple[Storage, str, Report])
     assert "<title>Latency–throughput: model=&lt;script&gt;alert(1)&lt;/script&gt;</title>" in hostile
     assert "Highest VALID load: 39 QPS achieved" in page
     assert "LoadGen decides how many queries a run sends" in page
+    assert "Timers: LoadGen&#x27;s own" in page or "Timers: LoadGen's own" in page
     # Escaped everywhere: Kaliper's own script only, no markup from the records.
     parser = Tags()
     parser.feed(page)

@@ -28,6 +28,7 @@ from kaliper.reporter.formatting import (
     format_number,
     sampling_text,
     several_stacks,
+    timers_text,
     workload_label,
 )
 from kaliper.reporter.gpu import ENERGY_NOTE, gpu_description, gpu_label, gpu_note
@@ -349,7 +350,7 @@ def _method(result: ExperimentResult, recordings: list[tuple[str, bool]]) -> lis
     formulas = {n: m.formula for t in result.trials for n, m in t.metrics.items() if m.formula}
     items = [
         sampling_text(result.experiment.workload, s, result.trials),
-        "Timers: time.perf_counter_ns; device work is synchronised before a sample ends.",
+        timers_text(result.experiment.workload),
         "A run is the independent unit: each trial's figure is the median of its run medians; its 95% CI comes "
         "from a seeded hierarchical bootstrap (resample runs, then samples within each run).",
         *(f"{n} = {f}" for n, f in formulas.items()),

@@ -37,6 +37,7 @@ from kaliper.reporter.formatting import (
     resource_figure,
     sampling_text,
     several_stacks,
+    timers_text,
     workload_label,
 )
 from kaliper.reporter.gpu import (
@@ -186,7 +187,7 @@ def report_markdown(report: Report) -> str:
         "## Method",
         "",
         f"- {md_text(sampling_text(exp.workload, s, result.trials))}",
-        "- Timers: `time.perf_counter_ns`; device work is synchronised before a sample ends.",
+        "- " + timers_text(exp.workload, lambda name: f"`{name}`"),
         *(f"- {md_text(n)} = {md_text(f)}" for n, f in formulas.items()),
         *([f"- {md_text(method_note(result.include_contended))}"] if known else []),
         *([f"- {md_text(ENERGY_NOTE)}"] if any_telemetry(result) else []),

@@ -84,6 +84,14 @@ WorkflowUid = Annotated[
         "KALIPER_POD_NAME, KALIPER_POD_UID and KALIPER_POD_NAMESPACE (downward API).",
     ),
 ]
+WorkflowNamespace = Annotated[
+    str | None,
+    typer.Option(
+        "--workflow-namespace",
+        help="Namespace of the Workflow named by --workflow-uid (Argo: {{workflow.namespace}}); a job in "
+        "another namespace gets no owner. Default: this pod's.",
+    ),
+]
 VolumeClaim = Annotated[
     str | None, typer.Option("--volume-claim", help="PVC holding file:// storage, mounted in the jobs.")
 ]
@@ -104,6 +112,7 @@ def step_launch(
     workflow_name: WorkflowName,
     timeout: Timeout,
     workflow_uid: WorkflowUid = None,
+    workflow_namespace: WorkflowNamespace = None,
     volume_claim: VolumeClaim = None,
     mount_path: MountPath = None,
     templates_json: Templates = None,
@@ -118,6 +127,7 @@ def step_launch(
         workflow_name,
         timeout,
         workflow_uid,
+        workflow_namespace,
         volume_claim,
         mount_path,
         templates_json,
@@ -141,6 +151,7 @@ def step_launch_chunk(
     timeout: Timeout,
     concurrency: Annotated[int, typer.Option(min=1, help="Runs of the chunk at once.")] = 1,
     workflow_uid: WorkflowUid = None,
+    workflow_namespace: WorkflowNamespace = None,
     volume_claim: VolumeClaim = None,
     mount_path: MountPath = None,
     templates_json: Templates = None,
@@ -155,6 +166,7 @@ def step_launch_chunk(
         workflow_name,
         timeout,
         workflow_uid,
+        workflow_namespace,
         volume_claim,
         mount_path,
         templates_json,
@@ -185,6 +197,7 @@ def _launcher(
     workflow_name: str,
     timeout: float,
     workflow_uid: str | None,
+    workflow_namespace: str | None,
     volume_claim: str | None,
     mount_path: str | None,
     templates_json: str | None,
@@ -208,6 +221,7 @@ def _launcher(
         experiment,
         workflow_name=workflow_name,
         workflow_uid=workflow_uid,
+        workflow_namespace=workflow_namespace,
         timeout_s=timeout,
         volume_claim=volume_claim,
         mount_path=mount_path,

@@ -143,6 +143,41 @@ class PodOwner:
         }
 
 
+@dataclass(frozen=True)
+class WorkflowOwner:
+    """The Argo Workflow as the owner of what its steps create (`{{workflow.name}}`, `{{workflow.uid}}`,
+    `{{workflow.namespace}}`): deleting or garbage-collecting the Workflow deletes them (owner_reference)."""
+
+    name: str
+    uid: str
+    namespace: str
+
+    def reference(self) -> dict[str, Any]:
+        return owner_reference(self.name, self.uid)
+
+
+Owner = WorkflowOwner | PodOwner
+
+
+def owner_in(owner: Owner | None, namespace: str) -> dict[str, Any] | None:
+    """`owner`'s reference for an object in `namespace`, or None: an owner must be in its dependent's
+    namespace, else the garbage collector takes it as absent and deletes the dependent at once."""
+    if owner is None or owner.namespace != namespace:
+        return None
+    return owner.reference()
+
+
+def foreign_owner_warning(owner: Owner | None, namespace: str, what: str) -> str | None:
+    """What to log when `owner` cannot own `what` in `namespace` (owner_in gives None), else None."""
+    if owner is None or owner.namespace == namespace:
+        return None
+    kind = "Workflow" if isinstance(owner, WorkflowOwner) else "pod"
+    return (
+        f"{what} goes to namespace {namespace}, its {kind} {owner.name} is in {owner.namespace}: an owner "
+        "must be in its dependent's namespace, so it gets none and stays after the run; delete it by hand"
+    )
+
+
 def kaliper_labels(experiment: str, trial: str, repetition: int, workflow_name: str) -> dict[str, str]:
     return {
         LABEL_EXPERIMENT: experiment,
@@ -159,16 +194,15 @@ def prepare_job(
     repetition: int,
     *,
     workflow_name: str,
-    workflow_uid: str | None,
+    owner: Owner | None,
     namespace: str,
     volume_claim: str | None = None,
     mount_path: str | None = None,
-    owner_pod: PodOwner | None = None,
 ) -> dict[str, Any]:
     """The object to create for one repetition; `manifest` (the trial's job.yaml) is not modified.
 
-    Its owner: the Workflow when `workflow_uid` is given (Argo), else `owner_pod` when it is in the job's
-    namespace (KFP), else none."""
+    `owner`: the Workflow (Argo) or the launch step's pod (KFP); the job gets it only when it is in the
+    job's namespace (owner_in)."""
     if (volume_claim is None) != (mount_path is None):
         raise InputError("a results volume needs both the claim name and the mount path, or neither")
     if mount_path is not None and not mount_path.startswith("/"):
@@ -182,14 +216,10 @@ def prepare_job(
     metadata["namespace"] = namespace
     labels = kaliper_labels(experiment, trial, repetition, workflow_name)
     metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
-    owner = None
-    if workflow_uid:
-        owner = owner_reference(workflow_name, workflow_uid)
-    elif owner_pod is not None and owner_pod.namespace == namespace:
-        owner = owner_pod.reference()
-    if owner is not None:
-        owners = [o for o in metadata.get("ownerReferences") or [] if o.get("uid") != owner["uid"]]
-        metadata["ownerReferences"] = [*owners, owner]
+    reference = owner_in(owner, namespace)
+    if reference is not None:
+        owners = [o for o in metadata.get("ownerReferences") or [] if o.get("uid") != reference["uid"]]
+        metadata["ownerReferences"] = [*owners, reference]
     # v1: every replica's pod template; a TrainJob: Kaliper's runtime patch of the trainer's pods
     for template in pod_templates(job):
         pod_meta = template.setdefault("metadata", {})

@@ -33,9 +33,13 @@ from kaliper.errors import ExecutionError, InputError
 from kaliper.execution import AfterRun
 from kaliper.execution.executor import RunRef
 from kaliper.execution.jobobject import (
+    Owner,
     PodOwner,
+    WorkflowOwner,
+    foreign_owner_warning,
     ownership_problem,
     plural_of,
+    pod_namespace,
     prepare_job,
     resolve_namespace,
 )
@@ -115,7 +119,8 @@ class _Watched:
 class KubernetesJobExecutor:
     """The cluster backend (kaliper.execution.executor): a run's job created in the workflow's namespace,
     waited for and recorded (`launch_run`); a retried step adopts the job, or returns the stored run.
-    The jobs' owner: the Workflow (`workflow_uid`, Argo), else the step's own pod (`owner_pod`, KFP)."""
+    The jobs' owner: the Workflow (`workflow_uid` in `workflow_namespace`, Argo), else the step's own pod
+    (`owner_pod`, KFP); a job in another namespace than its owner's gets none."""
 
     storage: Storage
     experiment: str
@@ -128,6 +133,7 @@ class KubernetesJobExecutor:
     expect: JobExpectations | None = None
     after_run: AfterRun | None = None
     owner_pod: PodOwner | None = None
+    workflow_namespace: str | None = None
 
     def execute(self, run: RunRef) -> LaunchDoc:
         return launch_run(
@@ -145,6 +151,7 @@ class KubernetesJobExecutor:
             expect=self.expect,
             after_run=self.after_run,
             owner_pod=self.owner_pod,
+            workflow_namespace=self.workflow_namespace,
         )
 
 
@@ -164,6 +171,7 @@ def launch_run(
     expect: JobExpectations | None = None,
     after_run: AfterRun | None = None,
     owner_pod: PodOwner | None = None,
+    workflow_namespace: str | None = None,
 ) -> LaunchDoc:
     """Run one repetition of a trial as a Kubernetes job and store its launch.json (returned).
 
@@ -172,6 +180,8 @@ def launch_run(
     checks again (`expect`: the workflow's spec; without it, the stored trial and spec). `after_run`: what
     the caller does once launch.json is stored (`kaliper step launch`: the trial's samples file).
     `owner_pod`: the job's owner when no `workflow_uid` is given (jobobject.PodOwner).
+    `workflow_namespace`: the Workflow's (`{{workflow.namespace}}`); without it, this pod's, which is the
+    Workflow's under Argo. A job in another namespace than its owner's gets no owner, with a warning.
     """
     key = layout.launch_key(experiment, trial, repetition)
     if storage.exists(key):
@@ -183,21 +193,21 @@ def launch_run(
             f"{storage.location(layout.job_key(experiment, trial))}: {problem}; refusing to create the job"
         )
     namespace = resolve_namespace(manifest)
-    if not workflow_uid and owner_pod is not None and owner_pod.namespace != namespace:
-        log.warning("the job goes to namespace %s, its launch pod %s runs in %s: an owner must be in its "
-                    "job's namespace, so the job gets none and stays after the run; delete it by hand",
-                    namespace, owner_pod.name, owner_pod.namespace)  # fmt: skip
+    owner: Owner | None = owner_pod
+    if workflow_uid:
+        owner = WorkflowOwner(workflow_name, workflow_uid, workflow_namespace or pod_namespace())
+    if (warning := foreign_owner_warning(owner, namespace, "the job")) is not None:
+        log.warning("%s", warning)
     body = prepare_job(
         manifest,
         experiment,
         trial,
         repetition,
         workflow_name=workflow_name,
-        workflow_uid=workflow_uid,
+        owner=owner,
         namespace=namespace,
         volume_claim=volume_claim,
         mount_path=mount_path,
-        owner_pod=owner_pod,
     )
     plural, name = plural_of(body), body["metadata"]["name"]
     deadline = time.monotonic() + timeout_s

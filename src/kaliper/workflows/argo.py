@@ -86,15 +86,16 @@ def _templates_parameter(plan: ClusterPlan) -> list[Any]:
     ]
 
 
-def _build(plan: ClusterPlan, kind: Kind) -> Any:
-    """The Hera object: a WorkflowTemplate named after the spec, or a Workflow for `argo submit FILE`."""
+def _build(plan: ClusterPlan, kind: Kind, namespace: str | None = None) -> Any:
+    """The Hera object: a WorkflowTemplate named after the spec, or a Workflow for `argo submit FILE`;
+    `namespace`: the object's, when not the spec's `job.namespace` (`kaliper submit -n`)."""
     from hera.workflows import Container, Parameter, Steps, Workflow, WorkflowTemplate
     from hera.workflows import models as m
 
     common: dict[str, Any] = {
         "entrypoint": "main",
         "on_exit": "report" if plan.server is None else "exit",
-        "namespace": plan.namespace,
+        "namespace": namespace or plan.namespace,
         "service_account_name": plan.service_account,
         "labels": LABELS,
         "annotations": {"workflows.argoproj.io/description": plan.description} if plan.description else None,
@@ -156,7 +157,7 @@ def _build(plan: ClusterPlan, kind: Kind) -> Any:
             env=_env(plan, "report"),
             **kwargs,
         )
-        server = server_templates(plan, kwargs) if plan.server is not None else None
+        server = server_templates(plan, kwargs, namespace) if plan.server is not None else None
         # One failed run must not stop the others: failFast off on the parallelism-bounded fan-out.
         with Steps(name="main", parallelism=plan.fan_out_parallelism, fail_fast=False) as main:
             configure(name="configure")
@@ -232,8 +233,8 @@ def _launch_chunk(plan: ClusterPlan, kwargs: dict[str, Any]) -> tuple[Any, dict[
     return launch, {"chunk": "{{item.chunk}}", "sha256": "{{item.sha256}}"}
 
 
-def workflow_document(plan: ClusterPlan, kind: Kind) -> dict[str, Any]:
-    document: dict[str, Any] = _build(plan, kind).to_dict()
+def workflow_document(plan: ClusterPlan, kind: Kind, namespace: str | None = None) -> dict[str, Any]:
+    document: dict[str, Any] = _build(plan, kind, namespace).to_dict()
     return document
 
 

@@ -4,13 +4,17 @@ In `main`, after configure: `server-create-<kind>` for each object at once (Argo
 `action: create`), then `server-ready`. The workflow's exit handler becomes `exit`: `server-delete-<kind>`
 for each object (`--ignore-not-found`: a run that failed before creating them, or a retried exit handler,
 still succeeds) beside `report`, so the server is gone whatever happened and the report is still written.
+The objects' owner is the Workflow, unless they go to another namespace than the Workflow's (a spec with
+`job.namespace` submitted elsewhere): then none, with a warning, as for the jobs.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+from kaliper.execution.jobobject import WorkflowOwner, foreign_owner_warning, owner_in
 from kaliper.workflows.plan import ClusterPlan
 from kaliper.workflows.serving import (
     deletion_manifest,
@@ -20,8 +24,11 @@ from kaliper.workflows.serving import (
     template_suffix,
 )
 
-EXPERIMENT = "{{inputs.parameters.experiment}}"
-OWNER = ("{{workflow.name}}", "{{workflow.uid}}")
+EXPERIMENT: Final = "{{inputs.parameters.experiment}}"
+OWNER: Final = ("{{workflow.name}}", "{{workflow.uid}}")
+WORKFLOW_NAMESPACE: Final = "{{workflow.namespace}}"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -50,12 +57,25 @@ class ServerTemplates:
             Step(name="report", template=self.report_name)
 
 
-def server_templates(plan: ClusterPlan, container_kwargs: dict[str, Any]) -> ServerTemplates:
+def server_owner(plan: ClusterPlan, workflow_namespace: str | None) -> dict[str, Any] | None:
+    """The Workflow as the objects' owner when they share its namespace (objects without a namespace are
+    created in the Workflow's); `workflow_namespace`: where it is created, when not the spec's."""
+    owner = WorkflowOwner(*OWNER, workflow_namespace or plan.namespace or WORKFLOW_NAMESPACE)
+    objects_namespace = plan.namespace or owner.namespace
+    if (warning := foreign_owner_warning(owner, objects_namespace, "the server")) is not None:
+        log.warning("%s", warning)
+    return owner_in(owner, objects_namespace)
+
+
+def server_templates(
+    plan: ClusterPlan, container_kwargs: dict[str, Any], workflow_namespace: str | None = None
+) -> ServerTemplates:
     from hera.workflows import Container, Parameter, Resource, RetryStrategy
     from hera.workflows import models as m
 
     assert plan.server is not None
-    objects = server_objects(plan.server, plan.spec_name, plan.namespace, EXPERIMENT, OWNER, plan.placement)
+    owner = server_owner(plan, workflow_namespace)
+    objects = server_objects(plan.server, plan.spec_name, plan.namespace, EXPERIMENT, owner, plan.placement)
     create = [
         Resource(
             name=f"server-create-{template_suffix(document)}",
@@ -75,7 +95,7 @@ def server_templates(plan: ClusterPlan, container_kwargs: dict[str, Any]) -> Ser
         )
         for document in objects
     ]
-    argv = server_ready_argv(plan.server, plan.spec_name, plan.namespace or "{{workflow.namespace}}")
+    argv = server_ready_argv(plan.server, plan.spec_name, plan.namespace or WORKFLOW_NAMESPACE)
     ready = Container(
         name="server-ready",
         command=argv[:1],

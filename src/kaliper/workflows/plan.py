@@ -45,6 +45,7 @@ class Placeholders:
     spec: str
     storage: str
     templates: str | None = None  # the `templates` parameter, for a spec with a custom template
+    workflow_namespace: str | None = None  # where the Workflow of `workflow_uid` lives (its jobs' owner)
 
 
 ARGO: Final = Placeholders(
@@ -53,6 +54,7 @@ ARGO: Final = Placeholders(
     workflow_uid="{{workflow.uid}}",
     spec="{{workflow.parameters.spec}}",
     storage="{{workflow.parameters.storage}}",
+    workflow_namespace="{{workflow.namespace}}",
 )
 ARGO_TEMPLATES: Final = "{{workflow.parameters.templates}}"
 
@@ -311,6 +313,8 @@ def _launch_argv(
     ]
     if ph.workflow_uid is not None:
         argv += ["--workflow-uid", ph.workflow_uid]
+    if ph.workflow_namespace is not None:
+        argv += ["--workflow-namespace", ph.workflow_namespace]
     if plan.volume_claim is not None and plan.mount_path is not None:
         argv += ["--volume-claim", plan.volume_claim, "--mount-path", plan.mount_path]
     return argv

@@ -6,7 +6,9 @@ server-ready` waits until they serve (the Deployment Available with every replic
 Ready condition) within `server.ready_timeout` → the launch fan-out, whose load generator job sends to
 the Service's cluster DNS name. The exit handler deletes the objects whatever happened (success, failure,
 `argo stop`), beside the report. The objects also name the Workflow as their owner, so deleting the
-Workflow (or `argo terminate`, which skips exit handlers, then its deletion) removes them too.
+Workflow (or `argo terminate`, which skips exit handlers, then its deletion) removes them too; not when
+they go to another namespace than the Workflow's (`job.namespace` set, the Workflow submitted elsewhere):
+the garbage collector would take that owner as absent and delete them at once.
 
 The objects are plain dicts built here without Hera, so the tests validate exactly what a run creates
 against the upstream schemas (Kubernetes v1.31 OpenAPI, KServe's CRD). One server per spec at a time: the
@@ -20,7 +22,6 @@ from typing import Any, Final
 
 import yaml
 
-from kaliper.execution.jobobject import owner_reference
 from kaliper.jobs.kubeflow import LABEL_EXPERIMENT
 from kaliper.spec.server import ServerSpec
 
@@ -98,7 +99,7 @@ def container(server: ServerSpec, name: str = "server") -> dict[str, Any]:
 
 
 def _metadata(
-    server: ServerSpec, spec_name: str, namespace: str | None, experiment: str, owner: tuple[str, str]
+    server: ServerSpec, spec_name: str, namespace: str | None, experiment: str, owner: dict[str, Any] | None
 ) -> dict[str, Any]:
     name = server.object_name(spec_name)
     metadata: dict[str, Any] = {
@@ -109,8 +110,9 @@ def _metadata(
             LABEL_SERVER: name,
             LABEL_EXPERIMENT: experiment,
         },
-        "ownerReferences": [owner_reference(*owner)],
     }
+    if owner is not None:
+        metadata["ownerReferences"] = [owner]
     if namespace is not None:
         metadata["namespace"] = namespace
     return metadata
@@ -121,12 +123,12 @@ def server_objects(
     spec_name: str,
     namespace: str | None,
     experiment: str,
-    owner: tuple[str, str],
+    owner: dict[str, Any] | None,
     placement: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """What the workflow creates: [Deployment, Service] or [InferenceService]. `experiment` and `owner`
-    (workflow name, uid) are Argo placeholders in a compiled workflow; `placement`: the pod spec's
-    nodeSelector/tolerations (the benchmark jobs')."""
+    """What the workflow creates: [Deployment, Service] or [InferenceService]. `experiment` and `owner` (an
+    ownerReference, None for none: kaliper.execution.jobobject.owner_in decides) may hold Argo placeholders;
+    `placement`: the pod spec's nodeSelector/tolerations (the benchmark jobs')."""
     metadata = _metadata(server, spec_name, namespace, experiment, owner)
     name = metadata["name"]
     pod_spec: dict[str, Any] = {

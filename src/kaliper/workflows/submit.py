@@ -62,12 +62,12 @@ def submit_workflow(
 ) -> tuple[str, str]:
     """Compile the spec's Workflow and create it; returns (workflow name, namespace)."""
     plan = cluster_plan(loaded)  # a bad spec fails here, before any API call
-    body = workflow_document(plan, "Workflow")
-    check_object_size(body, loaded.source, "Workflow")
     if api is None:
         api, default_namespace = _api(context)
     else:
         default_namespace = "default"
     ns = namespace or plan.namespace or default_namespace
-    body["metadata"]["namespace"] = ns
+    # compiled for its namespace: a serving spec's server objects name the Workflow as owner only there
+    body = workflow_document(plan, "Workflow", namespace=ns)
+    check_object_size(body, loaded.source, "Workflow")
     return create_workflow(api, ns, body), ns

@@ -233,7 +233,7 @@ def test_jobs_with_s3_env_pass_the_trainer_crds(tmp_path: Path, base: str, schem
             "t000",
             0,
             workflow_name="kaliper-envtest-abcde",
-            workflow_uid=None,
+            owner=None,
             namespace="kaliper",
         )
         assert crd_problems(job, schemas_dir) == []

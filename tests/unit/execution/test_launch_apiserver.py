@@ -244,9 +244,25 @@ def listing(*items: dict[str, Any], version: str = "48231") -> dict[str, Any]:
             "items": list(items)}  # fmt: skip
 
 
+def use_kubeconfig(tmp_path: Path, server: ApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kubeconfig naming the loopback server with a token, as KUBECONFIG, outside any cluster."""
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "loop", "cluster": {"server": server.url}}],
+        "users": [{"name": "me", "user": {"token": "t0ken"}}],
+        "contexts": [{"name": "loop", "context": {"cluster": "loop", "user": "me"}}],
+        "current-context": "loop",
+    }
+    (tmp_path / "kubeconfig").write_text(json.dumps(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+
+
 def launch(
     storage: Storage, server: ApiServer, rep: int = 0, timeout_s: float = 30.0, **kwargs: Any
 ) -> LaunchDoc:
+    kwargs.setdefault("workflow_namespace", "bench")  # the Workflow's namespace is the jobs' (job.namespace)
     return launch_run(storage, EXP, "t000", rep, workflow_name=WF, workflow_uid=WFUID, timeout_s=timeout_s,
                       api=server.api(), **kwargs)  # fmt: skip
 
@@ -497,17 +513,7 @@ def test_api_refusal_names_the_job_and_namespace(tmp_path: Path, server: ApiServ
 def test_credentials_from_kubeconfig_outside_a_cluster(
     tmp_path: Path, server: ApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "loop", "cluster": {"server": server.url}}],
-        "users": [{"name": "me", "user": {"token": "t0ken"}}],
-        "contexts": [{"name": "loop", "context": {"cluster": "loop", "user": "me"}}],
-        "current-context": "loop",
-    }
-    (tmp_path / "kubeconfig").write_text(json.dumps(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    use_kubeconfig(tmp_path, server, monkeypatch)
     server.script = Script(lists=[listing(version="777")])
     assert JobApi.from_environment().list_job("bench", "pytorchjobs", "nothing") == (None, "777")
     assert server.requests[-1].authorization == "Bearer t0ken"
@@ -523,17 +529,7 @@ def test_the_kfp_launch_step_makes_its_own_pod_the_jobs_owner(
     name = job_name("ddp-t000", WF, EXP, "t000", 0)
     rec = recording("watch-expired.json", name)
     server.script = Script(lists=rec["lists"][1:], pods=lambda job: rec["pods"])
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "loop", "cluster": {"server": server.url}}],
-        "users": [{"name": "me", "user": {"token": "t0ken"}}],
-        "contexts": [{"name": "loop", "context": {"cluster": "loop", "user": "me"}}],
-        "current-context": "loop",
-    }
-    (tmp_path / "kubeconfig").write_text(json.dumps(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    use_kubeconfig(tmp_path, server, monkeypatch)
     pod, uid = "kaliper-ddp-8xk2p-system-container-impl-2718281828", "9b2c7e10-4f3a-4d5e-8a6b-7c8d9e0f1a2b"
     monkeypatch.setenv("KALIPER_POD_NAME", pod)
     monkeypatch.setenv("KALIPER_POD_UID", uid)
@@ -561,7 +557,36 @@ def test_the_kfp_launch_step_makes_its_own_pod_the_jobs_owner(
     (create,) = server.received("POST", "/apis/kubeflow.org/v1/namespaces/bench/pytorchjobs")[1:]
     assert create.body["metadata"]["name"] == job_name("ddp-t000", WF, EXP, "t000", 1)
     assert "ownerReferences" not in create.body["metadata"]
-    assert "an owner must be in its job's namespace" in caplog.text
+    assert "an owner must be in its dependent's namespace" in caplog.text
+
+
+def test_an_argo_workflow_in_another_namespace_than_the_job_is_not_its_owner(
+    tmp_path: Path, server: ApiServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`kaliper step launch` as Argo runs it, the spec's `job.namespace: bench`, the Workflow submitted into
+    `argo` (`{{workflow.namespace}}`, passed as --workflow-namespace): the job is created without an owner
+    (the garbage collector would delete it at once), with a warning; in the Workflow's own namespace the
+    Workflow owns it."""
+    storage = write_experiment(tmp_path, PYTORCH)
+    use_kubeconfig(tmp_path, server, monkeypatch)
+    server.script = Script(lists=[listing()])  # the job is gone at once; only the create matters here
+    digest = hashlib.sha256(storage.get(layout.job_key(EXP, "t000"))).hexdigest()
+
+    def step_launch(rep: int, namespace: str) -> None:
+        in_process("step", "launch", "--spec-text", SPEC.format(**PYTORCH), "--storage", storage.url,
+                   "--experiment", EXP, "--trial", "t000", "--repetition", str(rep), "--job-sha256", digest,
+                   "--workflow-name", WF, "--timeout", "30", "--workflow-uid", WFUID,
+                   "--workflow-namespace", namespace, cwd=tmp_path)  # fmt: skip
+
+    step_launch(0, "argo")
+    (create,) = server.received("POST", "/apis/kubeflow.org/v1/namespaces/bench/pytorchjobs")
+    assert "ownerReferences" not in create.body["metadata"]
+    assert f"the job goes to namespace bench, its Workflow {WF} is in argo" in caplog.text
+    step_launch(1, "bench")
+    (create,) = server.received("POST", "/apis/kubeflow.org/v1/namespaces/bench/pytorchjobs")[1:]
+    assert [(o["kind"], o["uid"]) for o in create.body["metadata"]["ownerReferences"]] == [
+        ("Workflow", WFUID)
+    ]
 
 
 def test_no_credentials_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

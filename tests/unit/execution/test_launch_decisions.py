@@ -25,6 +25,8 @@ from kaliper.execution.jobobject import (
     RESULTS_VOLUME,
     WORKFLOW_LABEL,
     PodOwner,
+    WorkflowOwner,
+    foreign_owner_warning,
     job_name,
     ownership_problem,
     plural_of,
@@ -41,6 +43,7 @@ KUBE = FIXTURES / "kube"
 NAMES = {"JOB": "ddp-t000-1a2b3c-r0", "NS": "bench", "EXP": "ddp-x", "TRIAL": "t000", "REP": "0"}
 NAMES |= {"WF": "kaliper-ddp-8xk2p", "WFUID": "0c4e3a1b-7d2f-4e9a-b6c8-1f2e3d4c5b6a"}
 NOW = datetime(2025, 3, 4, 9, 59, 0, tzinfo=UTC)
+WORKFLOW = WorkflowOwner(NAMES["WF"], NAMES["WFUID"], "bench")
 
 
 def recording(name: str, **values: str) -> dict[str, Any]:
@@ -332,7 +335,7 @@ def manifest(tmp_path: Path, name: str = "ddp", extra: str = "") -> dict[str, An
 def prepared(tmp_path: Path, **kwargs: Any) -> dict[str, Any]:
     options: dict[str, Any] = {
         "workflow_name": NAMES["WF"],
-        "workflow_uid": NAMES["WFUID"],
+        "owner": WORKFLOW,
         "namespace": "bench",
     }
     options |= kwargs
@@ -371,7 +374,7 @@ def test_prepared_job_names_labels_and_owner(tmp_path: Path) -> None:
         "t000",
         1,
         workflow_name=NAMES["WF"],
-        workflow_uid=NAMES["WFUID"],
+        owner=WORKFLOW,
         namespace="bench",
     )
     assert original == before  # job.yaml's manifest is never modified
@@ -400,7 +403,7 @@ def test_prepared_job_names_labels_and_owner(tmp_path: Path) -> None:
         }
     ]
     assert plural_of(job) == "pytorchjobs"
-    assert "ownerReferences" not in prepared(tmp_path, workflow_uid=None)["metadata"]
+    assert "ownerReferences" not in prepared(tmp_path, owner=None)["metadata"]
 
 
 POD = PodOwner(
@@ -412,7 +415,7 @@ def test_without_a_workflow_uid_the_launch_pod_owns_the_job(tmp_path: Path) -> N
     """KFP: the Pod as a non-controlling owner (Kueue reads a controller owner as a parent it admits), never
     blocking its deletion; the Workflow when its uid is given; none for a pod in another namespace (the
     garbage collector would take an owner there as absent and delete the job at once)."""
-    job = prepared(tmp_path, workflow_uid=None, owner_pod=POD)
+    job = prepared(tmp_path, owner=POD)
     assert job["metadata"]["ownerReferences"] == [
         {
             "apiVersion": "v1",
@@ -423,10 +426,19 @@ def test_without_a_workflow_uid_the_launch_pod_owns_the_job(tmp_path: Path) -> N
             "blockOwnerDeletion": False,
         }
     ]
-    argo = prepared(tmp_path, owner_pod=POD)["metadata"]["ownerReferences"]
-    assert [(o["kind"], o["uid"]) for o in argo] == [("Workflow", NAMES["WFUID"])]
     elsewhere = PodOwner(POD.name, POD.uid, "kubeflow-user")
-    assert "ownerReferences" not in prepared(tmp_path, workflow_uid=None, owner_pod=elsewhere)["metadata"]
+    assert "ownerReferences" not in prepared(tmp_path, owner=elsewhere)["metadata"]
+
+
+def test_a_workflow_in_another_namespace_owns_no_job(tmp_path: Path) -> None:
+    """Argo: a job whose namespace (`job.namespace`) is not the Workflow's gets no owner (the garbage
+    collector would take the Workflow as absent there and delete the job at once), and says so."""
+    assert foreign_owner_warning(WORKFLOW, "bench", "the job") is None
+    elsewhere = WorkflowOwner(NAMES["WF"], NAMES["WFUID"], "argo")
+    assert "ownerReferences" not in prepared(tmp_path, owner=elsewhere)["metadata"]
+    warning = foreign_owner_warning(elsewhere, "bench", "the job")
+    assert warning is not None
+    assert f"the job goes to namespace bench, its Workflow {NAMES['WF']} is in argo" in warning
 
 
 def test_the_pod_owner_comes_from_the_downward_api_variables(tmp_path: Path) -> None:

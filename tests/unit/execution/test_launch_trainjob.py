@@ -24,7 +24,7 @@ import yaml
 from jsonschema import Draft7Validator
 
 from kaliper.configurator.jobcheck import JobExpectations
-from kaliper.execution.jobobject import RESULTS_VOLUME, job_name, prepare_job
+from kaliper.execution.jobobject import RESULTS_VOLUME, WorkflowOwner, job_name, prepare_job
 from kaliper.execution.logrecords import MAX_LOG_BYTES
 from kaliper.jobs.kubeflow import JOBSET_NAME_LABEL, QUEUE_LABEL, RUNTIME_PATCH_MANAGER
 from kaliper.results.documents import LaunchDoc
@@ -463,7 +463,7 @@ def test_the_created_trainjob_passes_the_v2_3_crd(tmp_path: Path, schemas_dir: P
     valid against trainer.kubeflow.org_trainjobs.yaml v2.3.0, with no field the API server would prune."""
     storage = trainjob_experiment(tmp_path, nodes=2, procs=2, queue="team-a-gpu")
     manifest = yaml.safe_load(storage.get(layout.job_key(EXP, "t000")))
-    job = prepare_job(manifest, EXP, "t000", 1, workflow_name=WF, workflow_uid=WFUID, namespace="bench",
+    job = prepare_job(manifest, EXP, "t000", 1, workflow_name=WF, owner=WorkflowOwner(WF, WFUID, "bench"), namespace="bench",
                       volume_claim="kaliper-results", mount_path="/results")  # fmt: skip
     document = crd(schemas_dir / "kubeflow-trainer-v2.3.0" / "trainer.kubeflow.org_trainjobs.yaml")
     (version,) = [v for v in document["spec"]["versions"] if v["name"] == "v1alpha1"]

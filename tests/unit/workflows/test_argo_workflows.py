@@ -18,7 +18,7 @@ import yaml
 
 from kaliper.configurator import configure
 from kaliper.errors import InputError, KaliperError, SpecError, TemplateError
-from kaliper.execution.jobobject import prepare_job
+from kaliper.execution.jobobject import WorkflowOwner, prepare_job
 from kaliper.spec import LoadedSpec, load_spec, spec_from_text
 from kaliper.steps.templates import imported_paths, parse_bundle
 from kaliper.workflows.argo import cron_workflow_document, workflow_document
@@ -293,7 +293,11 @@ def test_jobs_the_launch_step_creates_pass_the_trainer_crds(path: Path, schemas_
             trial.doc.id,
             2,
             workflow_name="kaliper-some-very-long-spec-name-for-tests-x7k2p",
-            workflow_uid="0b4a4d43-8d0e-4a4b-9a63-2f1f0c6f3b1e",
+            owner=WorkflowOwner(
+                "kaliper-some-very-long-spec-name-for-tests-x7k2p",
+                "0b4a4d43-8d0e-4a4b-9a63-2f1f0c6f3b1e",
+                plan.namespace or "kaliper",
+            ),
             namespace=plan.namespace or "kaliper",
             volume_claim=plan.volume_claim,
             mount_path=plan.mount_path,

@@ -13,6 +13,7 @@ import yaml
 
 from kaliper.configurator import configure
 from kaliper.errors import SpecError
+from kaliper.execution.jobobject import owner_reference
 from kaliper.spec import LoadedSpec, load_spec, spec_from_text
 from kaliper.workflows.argo import workflow_document
 from kaliper.workflows.compile import compile_spec
@@ -28,6 +29,9 @@ SUBSTITUTIONS = {
     "{{workflow.name}}": "kaliper-serve-llm-cluster-x7k2p",
     "{{workflow.uid}}": "6f1c2a3e-0000-4000-8000-000000000000",
 }
+
+
+OWNER = owner_reference("w", "6f1c2a3e-0000-4000-8000-000000000000")
 
 
 def _spec(tmp_path: Path, text: str) -> LoadedSpec:
@@ -149,6 +153,34 @@ def test_deployment_and_service_pass_the_kubernetes_schema(schemas_dir: Path) ->
     assert pod["spec"]["automountServiceAccountToken"] is False
 
 
+def test_server_objects_in_another_namespace_than_the_workflow_have_no_owner(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`job.namespace: bench`, the Workflow made in `argo` (`kaliper submit -n argo`): the objects still go to
+    bench (the load generator's URL names it), without the Workflow as owner (the garbage collector would
+    take it as absent there and delete them at once), and compiling says so. The exit handler still deletes
+    them. In the spec's own namespace, or with no namespace (the objects follow the Workflow), it owns them."""
+    text = EXAMPLE.read_text().replace("  kind: PyTorchJob\n", "  kind: PyTorchJob\n  namespace: bench\n")
+    plan = cluster_plan(_spec(tmp_path, text))
+    elsewhere = workflow_document(plan, "Workflow", namespace="argo")
+    assert elsewhere["metadata"]["namespace"] == "argo"
+    for obj in created_objects(elsewhere):
+        assert obj["metadata"]["namespace"] == "bench" and "ownerReferences" not in obj["metadata"]
+    assert "the server goes to namespace bench, its Workflow {{workflow.name}} is in argo" in caplog.text
+    deletes = [
+        t["resource"]
+        for t in elsewhere["spec"]["templates"]
+        if t.get("resource", {}).get("action") == "delete"
+    ]
+    assert [yaml.safe_load(r["manifest"])["metadata"]["namespace"] for r in deletes] == ["bench", "bench"]
+    for document in (
+        workflow_document(plan, "Workflow", namespace="bench"),
+        workflow_document(cluster_plan(load_spec(EXAMPLE)), "Workflow", namespace="argo"),
+    ):
+        for obj in created_objects(document):
+            assert [o["kind"] for o in obj["metadata"]["ownerReferences"]] == ["Workflow"]
+
+
 def test_inference_service_passes_kserves_crd(schemas_dir: Path, tmp_path: Path) -> None:
     plan = cluster_plan(_spec(tmp_path, _kserve_text()))
     document = workflow_document(plan, "WorkflowTemplate")
@@ -165,13 +197,13 @@ def test_inference_service_passes_kserves_crd(schemas_dir: Path, tmp_path: Path)
 def test_the_schema_checks_catch_wrong_objects(schemas_dir: Path, tmp_path: Path) -> None:
     server = load_spec(EXAMPLE).spec.server
     assert server is not None
-    deployment, service = server_objects(server, "s", None, "e", ("w", "u"))
+    deployment, service = server_objects(server, "s", None, "e", OWNER)
     deployment["spec"]["replicas"] = "1"
     deployment["spec"]["template"]["spec"]["containers"][0]["portz"] = []
     del service["spec"]["ports"][0]["port"]
     assert len(kubernetes_problems(deployment, schemas_dir)) == 2
     assert kubernetes_problems(service, schemas_dir) == ["spec.ports.0: 'port' is a required property"]
-    (isvc,) = server_objects(server.model_copy(update={"kind": "kserve"}), "s", None, "e", ("w", "u"))
+    (isvc,) = server_objects(server.model_copy(update={"kind": "kserve"}), "s", None, "e", OWNER)
     isvc["spec"]["predictor"]["minReplica"] = 1
     assert kserve_problems(isvc, schemas_dir) == ["spec.predictor.minReplica: unknown field, would be pruned"]
 
@@ -224,7 +256,7 @@ def test_kserve_url_is_the_predictor_service(tmp_path: Path) -> None:
         trial.doc.params["url"]
         == "http://kaliper-serve-llm-cluster-server-predictor.bench.svc/v1/completions"
     )
-    (isvc,) = server_objects(_spec(tmp_path, text).spec.server, "s", "bench", "e", ("w", "u"))  # type: ignore[arg-type]
+    (isvc,) = server_objects(_spec(tmp_path, text).spec.server, "s", "bench", "e", OWNER)  # type: ignore[arg-type]
     assert isvc["metadata"]["namespace"] == "bench"
 
 

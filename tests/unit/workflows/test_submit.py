@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from kaliper.errors import ClusterError
-from kaliper.spec import load_spec
+from kaliper.spec import load_spec, spec_from_text
 from kaliper.workflows.argo import workflow_document
 from kaliper.workflows.plan import cluster_plan
 from kaliper.workflows.submit import submit_workflow
@@ -99,6 +99,31 @@ def test_submit_creates_the_compiled_workflow(fake_api: FakeApi) -> None:
     assert (method, path) == ("POST", "/apis/argoproj.io/v1alpha1/namespaces/kaliper/workflows")
     expected = workflow_document(cluster_plan(loaded), "Workflow")
     assert body == expected
+
+
+def test_submit_into_another_namespace_drops_the_server_objects_owner(
+    fake_api: FakeApi, tmp_path: Path
+) -> None:
+    """A serving spec with `job.namespace: bench` submitted with -n argo: the server's objects stay in bench
+    and do not name the Workflow (in argo) as owner, or the garbage collector would delete them at once."""
+    text = (EXAMPLES / "serve-llm-cluster.yaml").read_text()
+    text = text.replace("  kind: PyTorchJob\n", "  kind: PyTorchJob\n  namespace: bench\n")
+    loaded = spec_from_text(text, str(tmp_path / "spec.yaml"), tmp_path)
+    submit_workflow(loaded, namespace="argo", api=client_for(fake_api.url))
+    ((_, path, body),) = fake_api.requests
+    assert path == "/apis/argoproj.io/v1alpha1/namespaces/argo/workflows"
+    creates = [
+        t["resource"] for t in body["spec"]["templates"] if t.get("resource", {}).get("action") == "create"
+    ]
+    assert len(creates) == 2
+    for resource in creates:
+        metadata = yaml.safe_load(resource["manifest"])["metadata"]
+        assert metadata["namespace"] == "bench" and "ownerReferences" not in metadata
+    submit_workflow(loaded, api=client_for(fake_api.url))  # into the spec's namespace: owned
+    body = fake_api.requests[-1][2]
+    for template in body["spec"]["templates"]:
+        if template.get("resource", {}).get("action") == "create":
+            assert "ownerReferences" in yaml.safe_load(template["resource"]["manifest"])["metadata"]
 
 
 def test_submit_cli_uses_the_kubeconfig_namespace(

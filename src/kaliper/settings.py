@@ -244,9 +244,9 @@ S3_ENDPOINT = _optional("KALIPER_S3_ENDPOINT", URL, POD, "The S3 endpoint (http(
 PUSHGATEWAY = _optional("KALIPER_PUSHGATEWAY", URL, POD, "The Pushgateway replicas push live metrics to; on this machine it wins over `monitoring.pushgateway`.")
 PROMETHEUS = _optional("KALIPER_PROMETHEUS", URL, POD, "The Prometheus a report reads resource use from; on this machine it wins over `monitoring.prometheus`.")
 # --- a KFP launch step's own pod (downward API): the owner of the jobs it creates (execution.jobobject) ---
-POD_NAME = _optional("KALIPER_POD_NAME", TEXT, POD, "The launch step's pod (KFP: its `metadata.name`), named as the owner of the jobs it creates when no Workflow uid is given.")
-POD_UID = _optional("KALIPER_POD_UID", TEXT, POD, "The launch step's pod's `metadata.uid` (KFP): with KALIPER_POD_NAME, the jobs' ownerReference, so they go with the pod.")
-POD_NAMESPACE = _optional("KALIPER_POD_NAMESPACE", TEXT, POD, "The launch step's pod's namespace (KFP): a job in another namespace gets no owner (an owner must be in the job's namespace).")
+POD_NAME = _optional("KALIPER_POD_NAME", TEXT, POD, "The launch or server-create step's pod (KFP: its `metadata.name`), named as the owner of the jobs or server objects it creates when no Workflow uid is given.")
+POD_UID = _optional("KALIPER_POD_UID", TEXT, POD, "That pod's `metadata.uid` (KFP): with KALIPER_POD_NAME, the ownerReference of what it creates, so that goes with the pod.")
+POD_NAMESPACE = _optional("KALIPER_POD_NAMESPACE", TEXT, POD, "That pod's namespace (KFP): a job or server in another namespace gets no owner (an owner must be in its dependent's namespace).")
 # --- `kaliper trace record -- CMD` sets these for the traced command ------------------------------------
 TRACE_DIR = _optional("KALIPER_TRACE_DIR", PATH, POD, "Where the traced command leaves its trace (unset: `kaliper.trace_steps()` does nothing).")
 TRACE_WARMUP = _declare("KALIPER_TRACE_WARMUP", whole(0), 3, POD, "Steps a traced command runs before timing.")

@@ -1,4 +1,4 @@
-"""`kaliper step configure|launch|launch-chunk|server-ready|report`: what the workflow's pods run (not meant to be typed by hand)."""
+"""`kaliper step configure|launch|launch-chunk|server-create|server-ready|report`: what the workflow's pods run (not meant to be typed by hand)."""
 
 from __future__ import annotations
 
@@ -249,32 +249,84 @@ def step_report(
     workflow_name: WorkflowName,
     workflow_created: WorkflowCreated,
     templates_json: Templates = None,
+    server_kind: Annotated[
+        str | None,
+        typer.Option(
+            "--server-kind", help="First delete this run's server: deployment or kserve (KFP's exit handler)."
+        ),
+    ] = None,
+    server_name: Annotated[
+        str | None, typer.Option("--server-name", help="The server's objects' name (with --server-kind).")
+    ] = None,
+    server_namespace: Annotated[
+        str | None, typer.Option("--server-namespace", help="Their namespace; default: this pod's.")
+    ] = None,
 ) -> None:
-    """Write the experiment's report (the workflow's exit handler)."""
+    """Write the experiment's report (the workflow's exit handler); with --server-kind, delete the run's
+    server first. The report is written even when a delete fails; the step then exits 1."""
     from kaliper.cli.process import report_building
+    from kaliper.errors import ExecutionError
     from kaliper.steps.report import report_step
+    from kaliper.steps.server import teardown_server
+
+    if (server_kind is None) != (server_name is None):
+        raise InputError("--server-kind and --server-name go together; give both or neither")
+    kind = _server_kind(server_kind, "--server-kind") if server_kind is not None else None
+    failed: list[str] = []
+
+    def delete_server(experiment: str) -> None:
+        if kind is None or server_name is None:
+            return
+        done = teardown_server(kind, server_name, server_namespace, experiment)
+        for line in done.said:
+            print(f"server: {line}")
+        failed.extend(done.failed)
 
     with report_building():
-        paths = report_step(spec_text, storage, workflow_name, workflow_created, templates_json)
+        paths = report_step(
+            spec_text, storage, workflow_name, workflow_created, templates_json, before=delete_server
+        )
     print(f"report: {paths.markdown}")
     print(f"summary: {paths.summary}")
+    if failed:
+        raise ExecutionError(f"the report is written, but deleting the server failed: {'; '.join(failed)}")
+
+
+def _server_kind(kind: str, option: str = "--kind") -> Literal["deployment", "kserve"]:
+    if kind not in ("deployment", "kserve"):
+        raise InputError(f"{option}: expected deployment or kserve, found {kind!r}")
+    return "kserve" if kind == "kserve" else "deployment"
+
+
+@step_app.command("server-create")
+def step_server_create(
+    spec_text: SpecText,
+    experiment: ExperimentId,
+    templates_json: Templates = None,
+) -> None:
+    """Create the spec's server objects (KFP; Argo creates them itself), owned by this pod, named by
+    KALIPER_POD_NAME, KALIPER_POD_UID and KALIPER_POD_NAMESPACE (downward API)."""
+    from kaliper.steps.server import server_create_step, server_owner
+
+    for line in server_create_step(spec_text, experiment, templates_json, owner=server_owner()):
+        print(line)
 
 
 @step_app.command("server-ready")
 def step_server_ready(
     kind: Annotated[str, typer.Option(help="deployment or kserve (the spec's server.kind).")],
     name: Annotated[str, typer.Option(help="The Deployment or InferenceService.")],
-    namespace: Annotated[str, typer.Option(help="Its namespace.")],
+    namespace: Annotated[str | None, typer.Option(help="Its namespace; default: this pod's.")] = None,
     replicas: Annotated[int, typer.Option(min=1, help="Replicas that must be available (deployment).")] = 1,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait (server.ready_timeout).")] = 600.0,
 ) -> None:
     """Wait until the workflow's inference server is ready (Deployment Available, InferenceService Ready)."""
+    from kaliper.execution.jobobject import pod_namespace
     from kaliper.execution.server_ready import getter, wait_server_ready
 
-    if kind not in ("deployment", "kserve"):
-        raise InputError(f"--kind: expected deployment or kserve, found {kind!r}")
-    server_kind: Literal["deployment", "kserve"] = "kserve" if kind == "kserve" else "deployment"
-    state = wait_server_ready(getter(server_kind, name, namespace), server_kind, name, replicas, timeout)
+    server_kind = _server_kind(kind)
+    where = namespace or pod_namespace()
+    state = wait_server_ready(getter(server_kind, name, where), server_kind, name, replicas, timeout)
     print(f"ready: {kind} {name}: {state}")
 
 

@@ -14,15 +14,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kaliper.configurator.server_objects import deletion_manifest, server_objects
 from kaliper.execution.jobobject import WorkflowOwner, foreign_owner_warning, owner_in
 from kaliper.workflows.plan import ClusterPlan
-from kaliper.workflows.serving import (
-    deletion_manifest,
-    manifest_text,
-    server_objects,
-    server_ready_argv,
-    template_suffix,
-)
+from kaliper.workflows.serving import manifest_text, server_ready_argv, template_suffix
 
 EXPERIMENT: Final = "{{inputs.parameters.experiment}}"
 OWNER: Final = ("{{workflow.name}}", "{{workflow.uid}}")

@@ -3,6 +3,9 @@
 Shape: `configure` → `dsl.ParallelFor` over its list of runs (`parallelism` from the spec) → `launch` each
 run → `report` as the `dsl.ExitHandler` task, so a report is written even when runs fail. KFP's UI and
 API accept only its own IR (PipelineSpec, schemaVersion 2.1.0), not Argo YAML, hence this second builder.
+A serving spec (`server:`) adds `server-create` → `server-ready` between configure and the launches, inside
+the same exit handler (KFP allows one exit task and no nested handler), and its exit task deletes the
+server before writing the report (kaliper.steps.server, kaliper.workflows.serving).
 
 Cleanup: the Argo front-end makes the Workflow the owner of the jobs (`{{workflow.uid}}`); KFP has no
 placeholder for the uid of the Argo Workflow it runs, so the launch task's own pod owns them, named by the
@@ -27,7 +30,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from kaliper.errors import SpecError
 from kaliper.execution.jobobject import POD_FIELD_ENV
 from kaliper.workflows.kfp_chunks import launch_chunks
 from kaliper.workflows.plan import (
@@ -37,7 +39,9 @@ from kaliper.workflows.plan import (
     configure_argv,
     launch_argv,
     report_argv,
+    server_create_argv,
 )
+from kaliper.workflows.serving import server_ready_argv, server_teardown_args
 
 # The run's unique Kubernetes name (the Argo Workflow KFP creates), not `PIPELINE_JOB_NAME_PLACEHOLDER`:
 # the backend resolves that one to the run's *display* name, which a user types and a recurring run
@@ -49,6 +53,8 @@ WORKFLOW_CREATED: Final = "{{$.pipeline_job_create_time_utc}}"
 # Output keys of the configure component (`configure.outputs[...]`).
 RUNS: Final = "runs"
 EXPERIMENT: Final = "experiment"
+# The steps of a serving spec's server, which read no storage.
+SERVER_STEPS: Final = ("server-create", "server-ready")
 
 
 def _placeholders(
@@ -102,9 +108,8 @@ def _components(plan: ClusterPlan) -> tuple[Any, Any, Any]:
 
     @dsl.container_component  # type: ignore[untyped-decorator]
     def report(spec: str, storage: str, workflow_name: str, workflow_created: str) -> dsl.ContainerSpec:
-        return _container(
-            plan.image, report_argv(_placeholders(spec, storage, workflow_name, workflow_created))
-        )
+        ph = _placeholders(spec, storage, workflow_name, workflow_created)
+        return _container(plan.image, report_argv(ph, _teardown(plan)))
 
     return configure, launch, report
 
@@ -144,9 +149,59 @@ def _template_components(plan: ClusterPlan) -> tuple[Any, Any, Any]:
         spec: str, templates: str, storage: str, workflow_name: str, workflow_created: str
     ) -> dsl.ContainerSpec:
         ph = _placeholders(spec, storage, workflow_name, workflow_created, templates)
-        return _container(plan.image, report_argv(ph))
+        return _container(plan.image, report_argv(ph, _teardown(plan)))
 
     return configure, launch, report
+
+
+def _teardown(plan: ClusterPlan) -> list[str] | None:
+    """A serving spec's exit task deletes the server before writing the report."""
+    if plan.server is None:
+        return None
+    return server_teardown_args(plan.server, plan.spec_name, plan.namespace)
+
+
+def _server_components(plan: ClusterPlan) -> tuple[Any, Any]:
+    """`server-create` (inputs: the spec, its templates if any, the experiment) and `server-ready` (none)."""
+    from kfp import dsl
+
+    assert plan.server is not None
+    ready_argv = server_ready_argv(plan.server, plan.spec_name, plan.namespace)
+
+    @dsl.container_component  # type: ignore[untyped-decorator]
+    def server_ready() -> dsl.ContainerSpec:
+        return _container(plan.image, ready_argv)
+
+    if plan.templates is not None:
+
+        @dsl.container_component  # type: ignore[untyped-decorator]
+        def server_create_with_templates(spec: str, templates: str, experiment: str) -> dsl.ContainerSpec:
+            ph = _placeholders(spec, "", "", "", templates)
+            return _container(plan.image, server_create_argv(ph, experiment))
+
+        return server_create_with_templates, server_ready
+
+    @dsl.container_component  # type: ignore[untyped-decorator]
+    def server_create(spec: str, experiment: str) -> dsl.ContainerSpec:
+        return _container(plan.image, server_create_argv(_placeholders(spec, "", "", ""), experiment))
+
+    return server_create, server_ready
+
+
+def _server_up(plan: ClusterPlan, inputs: dict[str, Any], experiment: Any) -> Any:
+    """Inside the exit handler, after configure: create the server, then wait until it serves; the
+    `server-ready` task, which the launches run after. Neither needs storage: no PVC, no S3 settings."""
+    from kfp import kubernetes
+
+    assert plan.server is not None
+    server_create, server_ready = _server_components(plan)
+    spec_inputs = {k: v for k, v in inputs.items() if k in ("spec", "templates")}
+    # idempotent: a retry finds its own objects (409) and keeps them
+    created = _pod(plan, server_create(**spec_inputs, experiment=experiment), "server-create", retries=2)
+    # no retry: KFP retries any failure, and a server that did not come up would be waited on again
+    ready = _pod(plan, server_ready().after(created), "server-ready", retries=0)
+    kubernetes.set_timeout(ready, int(plan.server.ready_timeout) + 300)  # the Argo template timeout
+    return ready
 
 
 def _env(plan: ClusterPlan, task: Any, step: str) -> None:
@@ -156,9 +211,11 @@ def _env(plan: ClusterPlan, task: Any, step: str) -> None:
     fieldPathAsEnv): KFP has no Workflow uid to give, so that pod owns the jobs the step creates."""
     from kfp import kubernetes
 
-    if step == "launch":
+    if step in ("launch", "server-create"):  # the owners of the jobs, of the server
         for env_name, field_path in POD_FIELD_ENV:
             kubernetes.use_field_path_as_env(task, env_name=env_name, field_path=field_path)
+    if step in SERVER_STEPS:
+        return  # no storage: no S3 settings or credentials
     secrets: dict[tuple[str, bool], dict[str, str]] = {}
     for var in plan.step_env(step):
         if "value" in var:
@@ -187,7 +244,7 @@ def _pod(plan: ClusterPlan, task: Any, step: str, *, retries: int) -> Any:
         )
     kubernetes.set_image_pull_policy(task, "IfNotPresent")
     _env(plan, task, step)
-    if plan.volume_claim is not None and plan.mount_path is not None:
+    if plan.volume_claim is not None and plan.mount_path is not None and step not in SERVER_STEPS:
         kubernetes.mount_pvc(task, pvc_name=plan.volume_claim, mount_path=plan.mount_path)
     for key, value in sorted(plan.node_selector.items()):
         kubernetes.add_node_selector(task, label_key=key, label_value=value)
@@ -219,9 +276,10 @@ def _pipeline(plan: ClusterPlan) -> Any:
         exit_task = _pod(plan, report(**inputs, **run), "report", retries=2)
         with dsl.ExitHandler(exit_task=exit_task, name="runs"):
             cfg = _pod(plan, configure(**inputs, **run), "configure", retries=2)
+            ready = _server_up(plan, inputs, cfg.outputs[EXPERIMENT]) if plan.server is not None else None
             if plan.chunking is not None:  # a large sweep: a task per chunk of runs
                 fan_out = (cfg.outputs[RUNS], cfg.outputs[EXPERIMENT], WORKFLOW_NAME)
-                launch_chunks(plan, inputs, *fan_out, pod=_pod)
+                launch_chunks(plan, inputs, *fan_out, pod=_pod, after=ready)
                 return
             with dsl.ParallelFor(items=cfg.outputs[RUNS], parallelism=plan.parallelism, name="run") as item:
                 # No retry: KFP retries on any failure (it has no Argo-like OnError policy), so a failed or
@@ -236,6 +294,8 @@ def _pipeline(plan: ClusterPlan) -> Any:
                 )
                 _pod(plan, task, "launch", retries=0)
                 kubernetes.set_timeout(task, plan.launch_deadline_s)  # the Argo template timeout
+                if ready is not None:
+                    task.after(ready)
 
     if plan.templates is not None:
         templates_text = plan.templates
@@ -296,11 +356,6 @@ def pipeline_yaml(plan: ClusterPlan) -> str:
     """
     from kfp import compiler
 
-    if plan.server is not None:
-        raise SpecError(
-            f"{plan.spec_name}: a spec with `server:` compiles to Argo only (--target workflow, "
-            "workflowtemplate or cron): the KFP pipeline has no step that creates and deletes the server yet"
-        )
     pipeline = _pipeline(plan)
     with tempfile.TemporaryDirectory(prefix="kaliper-kfp-") as tmp:
         path = Path(tmp) / "pipeline.yaml"

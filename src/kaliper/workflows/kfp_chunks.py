@@ -71,10 +71,12 @@ def launch_chunks(
     workflow_name: str,
     *,
     pod: Callable[..., Any],
+    after: Any = None,
 ) -> None:
     """Inside the pipeline's exit handler: ParallelFor over the configure task's `chunks` output, a
     `launch-chunk` task each, `fan_out_parallelism` at once; `pod` is kfp.py's pod settings (no retry, as
-    `launch`: KFP retries any failure), and the task's timeout covers its runs one wave after another."""
+    `launch`: KFP retries any failure), and the task's timeout covers its runs one wave after another.
+    `after`: a task the chunks wait for (a serving spec's `server-ready`)."""
     from kfp import dsl, kubernetes
 
     launch_chunk = launch_chunk_component(plan)
@@ -88,3 +90,5 @@ def launch_chunks(
         )
         pod(plan, task, "launch", retries=0)
         kubernetes.set_timeout(task, plan.chunk_deadline_s)
+        if after is not None:
+            task.after(after)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from kaliper.configurator.podenv import EnvVar, step_env
+from kaliper.configurator.server_objects import server_placement
 from kaliper.errors import SpecError
 from kaliper.spec import LoadedSpec
 from kaliper.spec.server import ServerSpec
@@ -167,11 +168,6 @@ def cluster_plan(loaded: LoadedSpec, chunk_threshold: int = CHUNK_THRESHOLD) -> 
     if spec.server is not None and "service_account" not in spec.workflow.model_fields_set:
         # the Role that may create the server's kind (manifests/serving/); training specs keep `kaliper`
         service_account = SERVICE_ACCOUNTS[spec.server.kind]
-    placement: dict[str, Any] = {}
-    if spec.job.node_selector:
-        placement["nodeSelector"] = dict(spec.job.node_selector)
-    if spec.job.tolerations:
-        placement["tolerations"] = [t.to_kubernetes() for t in spec.job.tolerations]
     return ClusterPlan(
         template_name=f"kaliper-{spec.name}",
         spec_name=spec.name,
@@ -195,7 +191,7 @@ def cluster_plan(loaded: LoadedSpec, chunk_threshold: int = CHUNK_THRESHOLD) -> 
         templates=templates,
         chunking=chunking_for(run_count(spec), spec.workflow.parallelism, threshold=chunk_threshold),
         server=spec.server,
-        placement=placement or None,
+        placement=server_placement(spec),
     )
 
 
@@ -320,5 +316,20 @@ def _launch_argv(
     return argv
 
 
-def report_argv(ph: Placeholders) -> list[Any]:
-    return ["kaliper", "step", "report", *_spec_and_workflow(ph)]
+def report_argv(ph: Placeholders, server: list[str] | None = None) -> list[Any]:
+    """`server`: the options that make it delete the run's server first (KFP, serving.server_teardown_args)."""
+    return ["kaliper", "step", "report", *_spec_and_workflow(ph), *(server or [])]
+
+
+def server_create_argv(ph: Placeholders, experiment: Any) -> list[Any]:
+    """`kaliper step server-create` (KFP): the objects rebuilt from the spec, labelled with `experiment`."""
+    return [
+        "kaliper",
+        "step",
+        "server-create",
+        "--spec-text",
+        ph.spec,
+        *_templates(ph),
+        "--experiment",
+        experiment,
+    ]

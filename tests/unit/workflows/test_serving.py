@@ -12,13 +12,14 @@ import pytest
 import yaml
 
 from kaliper.configurator import configure
+from kaliper.configurator.server_objects import server_objects
 from kaliper.errors import SpecError
 from kaliper.execution.jobobject import owner_reference
 from kaliper.spec import LoadedSpec, load_spec, spec_from_text
 from kaliper.workflows.argo import workflow_document
 from kaliper.workflows.compile import compile_spec
 from kaliper.workflows.plan import cluster_plan
-from kaliper.workflows.serving import RBAC_RULES, SERVICE_ACCOUNTS, server_objects
+from kaliper.workflows.serving import RBAC_RULES, SERVICE_ACCOUNTS
 from tests.support.k8s_schemas import argo_problems, kserve_problems, kubernetes_problems
 from tests.support.paths import EXAMPLES, REPO
 
@@ -119,9 +120,51 @@ def test_serving_workflows_pass_the_argo_schema(target: str, schemas_dir: Path, 
         assert argo_problems(document, schemas_dir) == []
 
 
-def test_kfp_refuses_a_serving_spec_naming_what_works() -> None:
-    with pytest.raises(SpecError, match="compiles to Argo only"):
-        compile_spec(load_spec(EXAMPLE), "kfp")
+def test_kfp_pipeline_creates_waits_launches_and_deletes_in_its_exit_task() -> None:
+    """KFP: configure → server-create → server-ready → the launches, inside the one ExitHandler whose exit
+    task (the report) deletes the server first; server-create runs with its pod's name, uid and namespace
+    (the server's owner) and, as server-ready, without storage (no PVC, no S3 settings)."""
+    ir, platform = list(yaml.safe_load_all(compile_spec(load_spec(EXAMPLE), "kfp")))
+    (handler,) = [c for name, c in ir["components"].items() if name.startswith("comp-exit-handler")]
+    tasks = handler["dag"]["tasks"]
+    assert tasks["server-create"]["dependentTasks"] == ["configure"]
+    assert tasks["server-create"]["inputs"]["parameters"]["experiment"] == {
+        "taskOutputParameter": {"outputParameterKey": "experiment", "producerTask": "configure"}
+    }
+    assert tasks["server-ready"]["dependentTasks"] == ["server-create"]
+    (loop,) = [t for name, t in tasks.items() if name.startswith("for-loop")]
+    assert "server-ready" in loop["dependentTasks"]
+    root = ir["root"]["dag"]["tasks"]
+    assert root["report"]["triggerPolicy"] == {"strategy": "ALL_UPSTREAM_TASKS_COMPLETED"}
+    executors = ir["deploymentSpec"]["executors"]
+    report = executors["exec-report"]["container"]
+    assert report["args"][-4:] == [
+        "--server-kind",
+        "deployment",
+        "--server-name",
+        "kaliper-serve-llm-cluster-server",
+    ]
+    ready = executors["exec-server-ready"]["container"]
+    assert ready["command"] + ready["args"] == [
+        "kaliper",
+        "step",
+        "server-ready",
+        "--kind",
+        "deployment",
+        "--name",
+        "kaliper-serve-llm-cluster-server",
+        "--replicas",
+        "1",
+        "--timeout",
+        "300",
+    ]  # fmt: skip  (no --namespace: the step's pod's, the run's)
+    assert executors["exec-server-create"]["container"]["command"] == ["kaliper", "step", "server-create"]
+    settings = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    fields = [e["fieldPath"] for e in settings["exec-server-create"]["fieldPathAsEnv"]]
+    assert fields == ["metadata.name", "metadata.uid", "metadata.namespace"]
+    for name in ("exec-server-create", "exec-server-ready"):
+        assert "pvcMount" not in settings[name] and "secretAsEnv" not in settings[name]
+    assert settings["exec-server-ready"]["activeDeadlineSeconds"] == "600"
 
 
 # --- the server's objects against the upstream schemas --------------------------------------------

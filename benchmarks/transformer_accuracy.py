@@ -1,13 +1,14 @@
 """Do transformer-train's tokens/s and transformer-infer's decode tokens/s equal what a plain PyTorch
 loop of the same model measures, in the same process environment?
 
-The method is benchmarks/accuracy.py's, with one process per side per round: every A and every B is a
-fresh subprocess of this script (OMP_NUM_THREADS / MKL_NUM_THREADS set before torch is imported), so
-neither side inherits the other's model, allocator state or trained weights. (An earlier form ran both
-sides in one process with one plain model kept across rounds: that model trained on its fixed batch for
-thousands of steps, and Kaliper, which builds its model afresh as a user's job does, read 8-11% faster.)
-Rounds alternate the order (A B, then B A, ...), so a clock or load trend within a round cancels in the
-paired ratios.
+The method is benchmarks/accuracy.py's, with one fresh process per round: each round is a subprocess
+of this script (OMP_NUM_THREADS / MKL_NUM_THREADS set before torch is imported) that runs both sides,
+each on a model built for it, so neither side inherits the other's trained weights and both share the
+process's luck (thread placement, memory layout: on this 2-vCPU VM one process's decode rate differs
+from the next one's by up to 2x, which pairing sides across processes would put into every ratio). An
+earlier form kept one plain model across all rounds: it trained on its fixed batch for thousands of
+steps, and Kaliper, which builds its model afresh as a user's job does, read 8-11% faster. Rounds
+alternate the order (A B, then B A, ...), so a trend within a round cancels in the paired ratios.
 
 - A: one `run()` of the workload (Kaliper's own warm-up, sampling rule, synchronisation and
   metric arithmetic); its figure is the median of the round's timed samples.
@@ -55,7 +56,7 @@ from kaliper.metrics.sampling import SamplingRule
 
 CASES = ("train", "infer")
 RESULT_PREFIX = "ACCURACY_RESULT "
-RULE = SamplingRule(warmup=3, target_rel_ci=0.01, min_samples=10, max_samples=400, max_time_s=4.0)
+RULE = SamplingRule(warmup=3, target_rel_ci=0.01, min_samples=10, max_samples=400, max_time_s=2.0)
 MODEL = {"layers": 2, "d_model": 128, "heads": 4, "vocab": 4096}  # examples/transformer-train.yaml's
 TRAIN = {**MODEL, "seq_len": 128, "batch_size": 4}
 INFER = {**MODEL, "batch_size": 4, "prompt_len": 64, "output_len": 32}
@@ -126,67 +127,88 @@ def plain_rates(unit: Callable[[], float], seconds: float, minimum: int = 10) ->
     return rates
 
 
-def side(name: str, which: str, threads: int, seconds: float) -> int:
-    """One side of one round, in this (fresh) process: its figure as a RESULT line."""
+def kaliper_side(name: str, threads: int, result: dict[str, Any]) -> None:
+    """A: one run() of the workload, on a model it builds; its figure into `result`."""
     case = torch_case(name, threads)
-    if which == "kaliper":
-        measurement = case.kaliper_run()
-        samples = measurement.samples
-        values = measurement.metrics[case.kaliper_metric].per_sample(samples.timed_ns)
-        result = {
-            "median": statistics.median(values),
-            "n": len(values),
-            "seconds": (samples.finished - samples.warmup_done).total_seconds(),
-            "metric": case.kaliper_metric,
-            "version": measurement.framework_version,
-        }
-    else:
-        rates = plain_rates(case.plain_unit, seconds)
-        result = {"median": statistics.median(rates), "n": len(rates)}
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    measurement = case.kaliper_run()
+    samples = measurement.samples
+    values = measurement.metrics[case.kaliper_metric].per_sample(samples.timed_ns)
+    result.update(
+        kaliper=statistics.median(values),
+        kaliper_n=len(values),
+        seconds=(samples.finished - samples.warmup_done).total_seconds(),
+        metric=case.kaliper_metric,
+        version=measurement.framework_version,
+    )
+
+
+def plain_side(name: str, threads: int, result: dict[str, Any], seconds: float) -> None:
+    """B: the plain loop on a model built for it, for as long as this round's A timed (or, when B runs
+    first, the previous round's A); its figure into `result`."""
+    case = torch_case(name, threads)
+    rates = plain_rates(case.plain_unit, result.get("seconds", seconds) or RULE.max_time_s)
+    result.update(plain=statistics.median(rates), plain_n=len(rates))
+
+
+def worker(name: str, rounds: int, first_round: int, threads: int) -> int:
+    """`rounds` rounds in this (fresh) process, each side with a model built for it, the order
+    alternating with the round number; one RESULT line per round."""
+    torch_case(name, threads)  # torch imported, threads set: neither side pays for it
+    seconds = 0.0
+    for index in range(first_round, first_round + rounds):
+        result: dict[str, Any] = {"round": index}
+        # A B in even rounds, B A in odd ones: an order effect (a clock settling, a load trend) cancels
+        # in the median of the paired ratios instead of always favouring whichever runs first.
+        if index % 2:
+            plain_side(name, threads, result, seconds)
+            kaliper_side(name, threads, result)
+        else:
+            kaliper_side(name, threads, result)
+            plain_side(name, threads, result, seconds)
+        seconds = result["seconds"]
+        print(RESULT_PREFIX + json.dumps(result), flush=True)
     return 0
 
 
-def run_side(name: str, which: str, threads: int, seconds: float, env: dict[str, str]) -> dict[str, Any]:
-    command = [sys.executable, os.path.abspath(__file__), f"--worker={name}", f"--side={which}"]
-    command += [f"--threads={threads}", f"--seconds={seconds}"]
+def run_worker(
+    name: str, rounds: int, first_round: int, threads: int, env: dict[str, str]
+) -> list[dict[str, Any]]:
+    command = [sys.executable, os.path.abspath(__file__), f"--worker={name}", f"--threads={threads}"]
+    command += [f"--rounds={rounds}", f"--first-round={first_round}"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    for line in done.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            parsed: dict[str, Any] = json.loads(line[len(RESULT_PREFIX) :])
-            return parsed
-    raise RuntimeError(f"{name}/{which}: worker failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    found = [
+        json.loads(line[len(RESULT_PREFIX) :])
+        for line in done.stdout.splitlines()
+        if line.startswith(RESULT_PREFIX)
+    ]
+    if done.returncode != 0 or len(found) != rounds:
+        raise RuntimeError(f"{name}: worker failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return found
 
 
-def rounds_of(name: str, rounds: int, threads: int, env: dict[str, str]) -> dict[str, Any]:
-    kaliper_medians: list[float] = []
-    plain_medians: list[float] = []
+def rounds_of(name: str, rounds: int, per_process: int, threads: int, env: dict[str, str]) -> dict[str, Any]:
+    from kaliper.analysis.statistics import median_ci
+
     print(f"{name}: {'round':>5} {'kaliper':>10} {'plain':>10} {'ratio':>6}  samples k|p", flush=True)
-    a: dict[str, Any] = {}
-    for index in range(rounds):
-        # A B in even rounds, B A in odd ones: an order effect (a clock settling, a load trend) cancels
-        # in the median of the paired ratios instead of always favouring whichever runs first.
-        plain_first = index % 2 == 1 and bool(a)
-        if plain_first:
-            b = run_side(name, "plain", threads, a["seconds"], env)
-        a = run_side(name, "kaliper", threads, 0.0, env)
-        if not plain_first:
-            b = run_side(name, "plain", threads, a["seconds"], env)
-        kaliper_medians.append(a["median"])
-        plain_medians.append(b["median"])
-        print(
-            f"{name}: {index:>5} {a['median']:>10.1f} {b['median']:>10.1f} "
-            f"{a['median'] / b['median']:>6.3f}  {a['n']}|{b['n']}",
-            flush=True,
-        )
+    found: list[dict[str, Any]] = []
+    while len(found) < rounds:
+        for r in run_worker(name, min(per_process, rounds - len(found)), len(found), threads, env):
+            found.append(r)
+            print(
+                f"{name}: {r['round']:>5} {r['kaliper']:>10.1f} {r['plain']:>10.1f} "
+                f"{r['kaliper'] / r['plain']:>6.3f}  {r['kaliper_n']}|{r['plain_n']}",
+                flush=True,
+            )
+    ratios = [r["kaliper"] / r["plain"] for r in found]
     return {
         "case": name,
-        "metric": a["metric"],
-        "version": a["version"],
-        "kaliper": statistics.median(kaliper_medians),
-        "plain": statistics.median(plain_medians),
-        "paired_ratio": statistics.median(k / p for k, p in zip(kaliper_medians, plain_medians, strict=True)),
-        "ratios": [k / p for k, p in zip(kaliper_medians, plain_medians, strict=True)],
+        "metric": found[0]["metric"],
+        "version": found[0]["version"],
+        "kaliper": statistics.median(r["kaliper"] for r in found),
+        "plain": statistics.median(r["plain"] for r in found),
+        "paired_ratio": statistics.median(ratios),
+        "ci": median_ci(ratios, 0.95),
+        "ratios": ratios,
     }
 
 
@@ -206,15 +228,15 @@ def own_ticks() -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated: train, infer")
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tolerance", type=float, default=0.02)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--side", choices=("kaliper", "plain"), help=argparse.SUPPRESS)
-    parser.add_argument("--seconds", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--per-process", type=int, default=8, help="rounds in each fresh process")
+    parser.add_argument("--first-round", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return side(args.worker, args.side, args.threads, args.seconds)
+        return worker(args.worker, args.rounds, args.first_round, args.threads)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if not cases or set(cases) - set(CASES):
         parser.error(f"--cases: expected some of {', '.join(CASES)}, got {args.cases!r}")
@@ -226,7 +248,7 @@ def main() -> int:
     failed = []
     for name in cases:
         try:
-            results.append(rounds_of(name, args.rounds, args.threads, env))
+            results.append(rounds_of(name, args.rounds, args.per_process, args.threads, env))
         except RuntimeError as exc:
             failed.append(name)
             print(exc)
@@ -234,21 +256,26 @@ def main() -> int:
     others = max(0, (busy1 - busy0) - (own_ticks() - own0)) / max(total1 - total0, 1)
     cores = os.cpu_count() or 1
     print()
-    print(f"{'case':<6} {'metric':<20} {'kaliper':>10} {'plain':>10} {'ratio':>7} {'paired':>7}  verdict")
+    print(
+        f"{'case':<6} {'metric':<20} {'kaliper':>10} {'plain':>10} {'ratio':>7} {'paired':>7} "
+        f"{'95% CI':>15}  verdict"
+    )
     all_ok = not failed
     for r in results:
         ok = abs(r["paired_ratio"] - 1) <= args.tolerance
         all_ok &= ok
+        ci = "[{:.3f}, {:.3f}]".format(*r["ci"]) if r["ci"] else "-"
+        q = statistics.quantiles(r["ratios"], n=4) if len(r["ratios"]) > 1 else [r["paired_ratio"]] * 3
+        spread = f"min {min(r['ratios']):.3f}, quartiles {q[0]:.3f} {q[1]:.3f} {q[2]:.3f}, max {max(r['ratios']):.3f}"
         print(
             f"{r['case']:<6} {r['metric']:<20} {r['kaliper']:>10.1f} {r['plain']:>10.1f} "
-            f"{r['kaliper'] / r['plain']:>7.3f} {r['paired_ratio']:>7.3f}  "
-            f"{'within' if ok else 'OUTSIDE'} ±{args.tolerance:.0%} "
-            f"(rounds {', '.join(f'{x:.3f}' for x in r['ratios'])})"
+            f"{r['kaliper'] / r['plain']:>7.3f} {r['paired_ratio']:>7.3f} {ci:>15}  "
+            f"{'within' if ok else 'OUTSIDE'} ±{args.tolerance:.0%}; per-round ratios {spread}"
         )
     print(
         f"tokens/s: medians over {args.rounds} alternating rounds, {args.threads} threads, fp32, CPU, "
         f"torch {results[0]['version'] if results else '?'}; ratio = kaliper/plain of those medians; "
-        "paired = median of per-round ratios (the verdict)"
+        "paired = median of per-round ratios (the verdict), with its distribution-free 95% CI"
     )
     print(
         f"machine: {cores} CPUs; load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "

@@ -157,6 +157,7 @@ def test_torch_asymmetric_same_padding_and_bfloat16() -> None:
     assert_rate_metrics(m, expected_conv_flop(params), 2)
 
 
+@pytest.mark.serial  # judges timing: calibrated under one load and sampled under another, samples shrink
 def test_torch_conv2d_calibrates_to_10ms_samples() -> None:
     params = {
         **TINY_CONV,

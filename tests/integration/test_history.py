@@ -19,7 +19,7 @@ from tests.support.cli import CliRunner
 
 SPEC = """\
 name: hist
-workload: {name: pi-matmul, params: {dtype: float32, device: cpu, threads: 1, matrix_size: 32}}
+workload: {name: pi-matmul, framework: numpy, params: {dtype: float32, device: cpu, threads: 1, matrix_size: 32}}
 repetitions: 1
 sampling: {warmup: 1, target_rel_ci: 0.5, min_samples: 6, max_samples: 20, max_time: 0.5s}
 job: {kind: PyTorchJob, replicas: {Master: 1}, image: ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0, resources: {cpu: "1"}}

@@ -19,7 +19,7 @@ from tests.support.cli import CliRunner
 
 SPEC = """\
 name: flow
-workload: {name: pi-matmul, params: {dtype: float32, device: cpu, threads: 1}}
+workload: {name: pi-matmul, framework: numpy, params: {dtype: float32, device: cpu, threads: 1}}
 matrix: {matrix_size: [64, 96]}
 repetitions: 2
 sampling: {warmup: 1, target_rel_ci: 0.5, min_samples: 6, max_samples: 20, max_time: 1s}

@@ -294,7 +294,7 @@ def test_workload_prints_its_record_when_the_server_is_gone(
 
 SPEC = """\
 name: s3-flow
-workload: {name: pi-matmul, params: {dtype: float32, device: cpu, threads: 1}}
+workload: {name: pi-matmul, framework: numpy, params: {dtype: float32, device: cpu, threads: 1}}
 matrix: {matrix_size: [32, 48]}
 repetitions: 1
 sampling: {warmup: 1, target_rel_ci: 0.5, min_samples: 6, max_samples: 8, max_time: 1s}

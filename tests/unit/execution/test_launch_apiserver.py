@@ -40,6 +40,7 @@ from kaliper.results.record import load_record
 from kaliper.spec import spec_from_text
 from kaliper.storage import Storage, layout, open_storage
 from tests.support.cli import in_process
+from tests.support.kubeconfig import use_kubeconfig
 from tests.support.paths import FIXTURES
 
 KUBE = FIXTURES / "kube"
@@ -242,21 +243,6 @@ def recording(name: str, job: str, rep: int = 0) -> dict[str, Any]:
 def listing(*items: dict[str, Any], version: str = "48231") -> dict[str, Any]:
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJobList", "metadata": {"resourceVersion": version},
             "items": list(items)}  # fmt: skip
-
-
-def use_kubeconfig(tmp_path: Path, server: ApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A kubeconfig naming the loopback server with a token, as KUBECONFIG, outside any cluster."""
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "loop", "cluster": {"server": server.url}}],
-        "users": [{"name": "me", "user": {"token": "t0ken"}}],
-        "contexts": [{"name": "loop", "context": {"cluster": "loop", "user": "me"}}],
-        "current-context": "loop",
-    }
-    (tmp_path / "kubeconfig").write_text(json.dumps(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
 
 
 def launch(
@@ -513,7 +499,7 @@ def test_api_refusal_names_the_job_and_namespace(tmp_path: Path, server: ApiServ
 def test_credentials_from_kubeconfig_outside_a_cluster(
     tmp_path: Path, server: ApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    use_kubeconfig(tmp_path, server, monkeypatch)
+    use_kubeconfig(tmp_path, server.url, monkeypatch)
     server.script = Script(lists=[listing(version="777")])
     assert JobApi.from_environment().list_job("bench", "pytorchjobs", "nothing") == (None, "777")
     assert server.requests[-1].authorization == "Bearer t0ken"
@@ -529,7 +515,7 @@ def test_the_kfp_launch_step_makes_its_own_pod_the_jobs_owner(
     name = job_name("ddp-t000", WF, EXP, "t000", 0)
     rec = recording("watch-expired.json", name)
     server.script = Script(lists=rec["lists"][1:], pods=lambda job: rec["pods"])
-    use_kubeconfig(tmp_path, server, monkeypatch)
+    use_kubeconfig(tmp_path, server.url, monkeypatch)
     pod, uid = "kaliper-ddp-8xk2p-system-container-impl-2718281828", "9b2c7e10-4f3a-4d5e-8a6b-7c8d9e0f1a2b"
     monkeypatch.setenv("KALIPER_POD_NAME", pod)
     monkeypatch.setenv("KALIPER_POD_UID", uid)
@@ -568,7 +554,7 @@ def test_an_argo_workflow_in_another_namespace_than_the_job_is_not_its_owner(
     (the garbage collector would delete it at once), with a warning; in the Workflow's own namespace the
     Workflow owns it."""
     storage = write_experiment(tmp_path, PYTORCH)
-    use_kubeconfig(tmp_path, server, monkeypatch)
+    use_kubeconfig(tmp_path, server.url, monkeypatch)
     server.script = Script(lists=[listing()])  # the job is gone at once; only the create matters here
     digest = hashlib.sha256(storage.get(layout.job_key(EXP, "t000"))).hexdigest()
 

@@ -22,6 +22,7 @@ from kaliper.configurator.server_objects import LABEL_SERVER
 from kaliper.jobs.kubeflow import LABEL_EXPERIMENT
 from tests.support.cli import in_process
 from tests.support.k8s_schemas import kserve_problems, kubernetes_problems
+from tests.support.kubeconfig import use_kubeconfig
 from tests.support.paths import EXAMPLES
 
 NAME = "kaliper-serve-llm-cluster-server"
@@ -130,17 +131,7 @@ def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ObjectServe
     """The loopback API server, named by a kubeconfig; this pod (the downward API) in namespace bench."""
     server = ObjectServer()
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "loop", "cluster": {"server": server.url}}],
-        "users": [{"name": "me", "user": {"token": "t0ken"}}],
-        "contexts": [{"name": "loop", "context": {"cluster": "loop", "user": "me"}}],
-        "current-context": "loop",
-    }
-    (tmp_path / "kubeconfig").write_text(json.dumps(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    use_kubeconfig(tmp_path, server.url, monkeypatch)
     monkeypatch.setenv("KALIPER_POD_NAME", POD)
     monkeypatch.setenv("KALIPER_POD_UID", POD_UID)
     monkeypatch.setenv("KALIPER_POD_NAMESPACE", "bench")

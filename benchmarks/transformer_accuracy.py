@@ -69,7 +69,9 @@ class Case:
     plain_unit: Callable[[], float]  # one plain unit: its figure (tokens/s)
 
 
-def torch_case(name: str, threads: int) -> Case:
+def torch_case(name: str, threads: int, plain: bool = True) -> Case:
+    """The case's two sides; with `plain` false, the plain side's model, data and cache are not built
+    (the Kaliper side then runs with nothing of the plain side's in memory)."""
     import torch
     import torch.nn.functional as F
 
@@ -80,6 +82,10 @@ def torch_case(name: str, threads: int) -> Case:
     common = {"precision": "fp32", "compile": "none", "device": "cpu", "threads": threads}
     from kaliper.benchmarks.transformer.common import DATA_SEED, MODEL_SEED
 
+    if not plain:
+        if name == "train":
+            return Case(lambda: train.run({**TRAIN, **common}, RULE), "tokens_per_s", lambda: 0.0)
+        return Case(lambda: infer.run({**INFER, **common}, RULE), "decode_tokens_per_s", lambda: 0.0)
     generator = torch.Generator().manual_seed(DATA_SEED)
     torch.manual_seed(MODEL_SEED)
     if name == "train":
@@ -129,7 +135,7 @@ def plain_rates(unit: Callable[[], float], seconds: float, minimum: int = 10) ->
 
 def kaliper_side(name: str, threads: int, result: dict[str, Any]) -> None:
     """A: one run() of the workload, on a model it builds; its figure into `result`."""
-    case = torch_case(name, threads)
+    case = torch_case(name, threads, plain=False)
     measurement = case.kaliper_run()
     samples = measurement.samples
     values = measurement.metrics[case.kaliper_metric].per_sample(samples.timed_ns)
@@ -153,7 +159,7 @@ def plain_side(name: str, threads: int, result: dict[str, Any], seconds: float) 
 def worker(name: str, rounds: int, first_round: int, threads: int) -> int:
     """`rounds` rounds in this (fresh) process, each side with a model built for it, the order
     alternating with the round number; one RESULT line per round."""
-    torch_case(name, threads)  # torch imported, threads set: neither side pays for it
+    torch_case(name, threads, plain=False)  # torch imported, threads set: neither side pays for it
     seconds = 0.0
     for index in range(first_round, first_round + rounds):
         result: dict[str, Any] = {"round": index}

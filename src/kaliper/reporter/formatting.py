@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kaliper.reporter.aggregate import RunResult, TrialResult
+from kaliper.results.load_view import SERVE_WORKLOAD  # the workload whose samples LoadGen takes
 
 # The packages a benchmark is usually about: the provenance table shows them, and a list of what differs
 # between two stacks puts them first, so that cutting a long list never hides them.
@@ -125,12 +126,6 @@ def workload_label(workload: dict[str, Any]) -> str:
         text = shlex.join(str(a) for a in command)
         return "command " + (text if len(text) <= 120 else text[:117] + "...")
     return str(workload.get("template") or "custom")
-
-
-# The built-in workload whose samples LoadGen takes (kaliper.benchmarks.serve), and the parameters that say
-# how many: LoadGen's scenario and its run length settings.
-SERVE_WORKLOAD = "serve"
-LOADGEN_LENGTH = ("min_duration", "min_query_count", "max_duration")
 
 
 def _serve_sampling_text(workload: dict[str, Any], trials: Sequence[TrialResult]) -> str:

@@ -25,8 +25,8 @@ from functools import lru_cache
 from typing import Literal
 
 import numpy as np
-from scipy.special import bdtr, bdtrc  # binomial CDF; lighter to import than scipy.stats in every workload
 
+from kaliper.analysis.binomial import lower_median_rank
 from kaliper.analysis.pickling import quick_pickle
 from kaliper.analysis.terms import DEFAULT_CONFIDENCE, DEFAULT_TARGET_REL_CI
 
@@ -48,14 +48,10 @@ def median_ci_ranks(n: int, confidence: float = DEFAULT_CONFIDENCE) -> tuple[int
     """
     if n < 1:
         return None
-    alpha = 1.0 - confidence
-    # P(K <= l-1) <= alpha/2  <=>  binom.cdf(l-1) <= alpha/2; search from the middle outwards.
-    ks = np.arange(0, n // 2 + 1)
-    cdf = bdtr(ks, n, 0.5)
-    admissible = ks[cdf <= alpha / 2]
-    if admissible.size == 0:
+    # P(K ≤ k) grows with k, so the admissible k are 0 .. lower-1: l - 1 is the largest of them.
+    lower = lower_median_rank(n, 1.0 - confidence)
+    if lower == 0:
         return None
-    lower = int(admissible.max()) + 1
     return lower, n + 1 - lower
 
 
@@ -95,6 +91,8 @@ def _median_rank_table(n: int) -> tuple[np.ndarray, np.ndarray]:
     `same[k]` = P(hi = lo | lo = k). Otherwise N_lo = a, and the other n−a positions are uniform
     above lo: hi is their minimum (drawn in `_median_positions`).
     """
+    from scipy.special import bdtr, bdtrc  # here only: the reporter's bootstrap, never a workload
+
     a = (n + 1) // 2
     k = np.arange(n)
     upto, below = (k + 1) / n, k / n  # P(one position ≤ k), P(one position ≤ k-1)

@@ -212,12 +212,17 @@ def test_tf_matmul_metrics_follow_the_formula(tf: Any, dtype: str) -> None:
 
 
 def test_tf_matmul_time_grows_with_calls(tf: Any) -> None:
-    """The graph loop runs every matmul: nothing is hoisted or pruned (4x the calls ≈ 4x the time)."""
+    """The graph loop runs every matmul: nothing is hoisted or pruned (4x the calls ≈ 4x the time).
+
+    Few and many alternate (A B A B) and each side's fastest sample counts: the least disturbed by a
+    neighbour on this shared machine (medians of one run each read 1.34 once, beside the suite)."""
     params = {"matrix_size": 128, "dtype": "float32", "device": "cpu", "threads": TF_THREADS}
-    few = pi_matmul_tf.run({**params, "calls_per_sample": 10}, QUICK)
-    many = pi_matmul_tf.run({**params, "calls_per_sample": 40}, QUICK)
-    ratio = statistics.median(many.samples.timed_ns) / statistics.median(few.samples.timed_ns)
-    assert ratio > 2.0
+    fastest = {10: float("inf"), 40: float("inf")}
+    for _ in range(2):
+        for calls in fastest:
+            timed = pi_matmul_tf.run({**params, "calls_per_sample": calls}, QUICK).samples.timed_ns
+            fastest[calls] = min(fastest[calls], min(timed))
+    assert fastest[40] / fastest[10] > 2.0, fastest
 
 
 def test_tf_matmul_calibrates_to_50ms_samples(tf: Any) -> None:

@@ -25,6 +25,7 @@ kfp and kfp-kubernetes are imported inside the builder only, so `kaliper` import
 
 import contextlib
 import importlib
+import inspect
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -349,6 +350,33 @@ def _default_yaml_strings() -> Iterator[None]:
             table[str] = saved
 
 
+class _FramesWithoutSource:
+    """`inspect` for kfp's pipeline_task module, with `stack()` that reads no source lines (context 0)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(inspect, name)
+
+    @staticmethod
+    def stack(context: int = 0) -> list[inspect.FrameInfo]:
+        return inspect.stack(context)
+
+
+@contextlib.contextmanager
+def _caller_names_without_source() -> Iterator[None]:
+    """kfp's task setters (set_cpu_request, set_env_variable, ...) each call `inspect.stack()` to name their
+    caller in an error message they rarely raise; it reads the source of every frame on the stack: ~0.09 s
+    a call under a deep stack (a test runner's, a notebook's), 45 calls a pipeline, most of a compile.
+    Frames read with no source lines name the caller all the same; the IR is byte for byte the same."""
+    from kfp.dsl import pipeline_task
+
+    saved = pipeline_task.inspect
+    pipeline_task.inspect = _FramesWithoutSource()
+    try:
+        yield
+    finally:
+        pipeline_task.inspect = saved
+
+
 def pipeline_yaml(plan: ClusterPlan) -> str:
     """The compiled KFP IR (PipelineSpec YAML, schemaVersion 2.1.0, then the Kubernetes platform spec).
 
@@ -356,7 +384,8 @@ def pipeline_yaml(plan: ClusterPlan) -> str:
     """
     from kfp import compiler
 
-    pipeline = _pipeline(plan)
+    with _caller_names_without_source():
+        pipeline = _pipeline(plan)
     with tempfile.TemporaryDirectory(prefix="kaliper-kfp-") as tmp:
         path = Path(tmp) / "pipeline.yaml"
         with _default_yaml_strings():

@@ -1,10 +1,17 @@
 """The native `kaliper.arg` (Python, jsonnet_worker.number_arg) writes exactly what the library's pure-jsonnet
-`pureArg` writes, for every kind of number, and `arg` is `pureArg` with or without the native function."""
+`pureArg` writes, for every kind of number, and `arg` is `pureArg` with or without the native function.
+
+The edge numbers (~4,700) are held against `pureArg`'s output recorded in tests/golden/jsonnet/: jsonnet's own
+%g takes ~10 ms a number, a minute of CPU a run. The recording names the library's digest and jsonnet's
+version; either changing fails the test until `KALIPER_REGENERATE=1 pytest tests/unit/configurator/
+test_jsonnet_arg.py` records it again, and every 20th edge number is evaluated by jsonnet on every run."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import struct
 from typing import Any
 
@@ -14,6 +21,11 @@ from hypothesis import strategies as st
 
 from kaliper.configurator.jsonnet_worker import NATIVE_CALLBACKS, number_arg
 from kaliper.configurator.render import LIBRARY_DIR
+from tests.support.paths import GOLDEN
+
+RECORDED = GOLDEN / "jsonnet" / "pure-arg-edges.json"
+REGENERATE = os.environ.get("KALIPER_REGENERATE") == "1"
+LIVE_EVERY = 20  # every 20th edge number goes through jsonnet on every run as well
 
 SNIPPET = """
 local k = import 'kaliper.libsonnet';
@@ -55,10 +67,45 @@ def edge_values() -> list[float]:
     return [v for v in values if math.isfinite(v)]
 
 
+def recording_key() -> dict[str, str]:
+    """What `pureArg`'s output depends on: the library's text and the jsonnet that runs it."""
+    library = (LIBRARY_DIR / "kaliper.libsonnet").read_bytes()
+    return {"library_sha256": hashlib.sha256(library).hexdigest(), "jsonnet": _jsonnet.version}
+
+
+def pure_args(values: list[float]) -> list[str]:
+    out: list[str] = []
+    for start in range(0, len(values), 400):  # jsonnet's own %g is slow: a few hundred per evaluation
+        out += [pure for pure, _ in jsonnet_args(values[start : start + 400])]
+    return out
+
+
+def recorded_pure_args(values: list[float]) -> list[str]:
+    """`pureArg` of each edge value, as recorded (or, KALIPER_REGENERATE=1, evaluated and recorded now)."""
+    key = recording_key()
+    if REGENERATE:
+        entries = [[v.hex(), pure] for v, pure in zip(values, pure_args(values), strict=True)]
+        RECORDED.parent.mkdir(parents=True, exist_ok=True)
+        lines = ",\n".join(json.dumps(entry) for entry in entries)  # a number a line: diffs stay readable
+        RECORDED.write_text(json.dumps(key)[:-1] + ', "values": [\n' + lines + "\n]}\n")
+    recording = json.loads(RECORDED.read_text())
+    regenerate = f"run KALIPER_REGENERATE=1 pytest {__file__}"
+    assert {k: recording[k] for k in key} == key, (
+        f"kaliper.libsonnet or jsonnet changed since {RECORDED}: {regenerate}"
+    )
+    assert [float.fromhex(v) for v, _ in recording["values"]] == values, (
+        f"the edge values changed: {regenerate}"
+    )
+    return [pure for _, pure in recording["values"]]
+
+
 def test_edge_numbers() -> None:
     values = edge_values()
-    for start in range(0, len(values), 400):  # jsonnet's own %g is slow: a few hundred per evaluation
-        check(values[start : start + 400])
+    recorded = recorded_pure_args(values)
+    for value, pure in zip(values, recorded, strict=True):
+        assert number_arg(value) == pure, value
+    check(values[::LIVE_EVERY])  # jsonnet itself, on a part: pureArg, arg and number_arg agree
+    assert pure_args(values[::LIVE_EVERY]) == recorded[::LIVE_EVERY]
 
 
 def test_other_values_and_the_library_without_the_native_function() -> None:
@@ -86,7 +133,7 @@ numbers = st.one_of(
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(numbers, min_size=1, max_size=60))
+@given(st.lists(numbers, min_size=1, max_size=25))
 def test_native_arg_is_pure_arg(values: list[float]) -> None:
     check(values)
 

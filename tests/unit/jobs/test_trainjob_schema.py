@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from jsonschema import Draft7Validator
 
 from kaliper.configurator import configure
 from kaliper.jobs.trainjob_schema import SCHEMA_FILE, trainjob_schema, trainjob_schema_problem
 from kaliper.spec import load_spec
 from tests.support.k8s_schemas import FORMATS, crd_problems, v1_schema
+from tests.support.k8s_schemas import crd as load_crd
 from tests.support.paths import EXAMPLES
 
 UPSTREAM = "kubeflow-trainer-v2.3.0/trainer.kubeflow.org_trainjobs.yaml"
@@ -24,7 +24,7 @@ EXAMPLE_FILES = ("trainjob-ddp.yaml", "own-training-trainjob.yaml")
 
 
 def test_the_shipped_schema_is_the_upstream_crds(schemas_dir: Path) -> None:
-    crd = yaml.safe_load((schemas_dir / UPSTREAM).read_text())
+    crd = load_crd(schemas_dir / UPSTREAM)
     (version,) = crd["spec"]["versions"]
     assert version["name"] == "v1alpha1"
     assert trainjob_schema() == version["schema"]["openAPIV3Schema"]

@@ -42,10 +42,18 @@ def test_every_folder_of_test_code_is_a_package() -> None:
 
 def test_everything_under_integration_is_slow() -> None:
     """The conftest's hook marks every integration test slow, whether or not its file says so (many do
-    not): nothing is left when `-m "not slow"` selects from tests/integration/."""
+    not): nothing is left when `-m "not slow"` selects from the integration files that carry no mark of
+    their own (collecting those alone: the marked ones are slow whatever the hook does, and collecting
+    all of them imports TensorFlow and torch for nothing, ~6 CPU-s)."""
+    unmarked = sorted(
+        str(p.relative_to(REPO))
+        for p in (TESTS / "integration").glob("test_*.py")
+        if "mark.slow" not in p.read_text()
+    )
+    assert len(unmarked) >= 5, unmarked  # it did look at files that rely on the hook
     command = ["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "not slow"]
     done = subprocess.run(
-        [sys.executable, *command, "tests/integration"],
+        [sys.executable, *command, *unmarked],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -56,7 +64,7 @@ def test_everything_under_integration_is_slow() -> None:
     assert done.returncode == 5, out  # pytest's "no tests collected"
     assert not [line for line in out.splitlines() if "::" in line], out
     deselected = re.search(r"\((\d+) deselected\)", out)
-    assert deselected and int(deselected.group(1)) > 100, out  # it did look at the integration tests
+    assert deselected and int(deselected.group(1)) > 50, out  # it did look at their tests
 
 
 def test_every_serial_file_exists() -> None:

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("interference_on
 
 SPEC = """\
 name: intf
-workload: {name: pi-matmul, params: {dtype: float32, device: cpu, threads: 1, matrix_size: 48}}
+workload: {name: pi-matmul, framework: numpy, params: {dtype: float32, device: cpu, threads: 1, matrix_size: 48}}
 repetitions: %d
 sampling: {warmup: 1, target_rel_ci: 0.0001, min_samples: 6, max_samples: 100000, max_time: 1s%s}
 job: {kind: PyTorchJob, replicas: {Master: 1}, image: ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0}

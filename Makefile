@@ -17,15 +17,20 @@ SITE_DIR ?= site
 MOTO_VENV ?= .venv-moto
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint typecheck docs pytest bench clean services
+.PHONY: run test lint typecheck docs pytest bench clean services bytecode
 
+# Bytecode is compiled when a package is installed (--compile-bytecode) and for src/ and tests/ before a
+# run (`bytecode`), never left to the first import: with PYTHONDONTWRITEBYTECODE set (CI machines, many
+# containers) no process would ever write it, and every one would compile what it imports from source
+# again: `import torch` 5.4 CPU-s instead of 2.6, the CLI's own imports 2.2 instead of 1.05; the suite
+# starts some thousand such processes.
 # The environments are installed by uv (pinned; the `stacks` extra needs it anyway): a minute where pip
 # took four. uv reads no pip configuration, so pip's index settings (find-links, index URLs, CA bundle:
 # where this machine's pip finds the CPU torch) are handed to it by the code that does so for stacks
 # (kaliper.stacks.pipconfig, standard library only, run from src/ before anything is installed), with
 # pip's pick-the-best-of-all-indexes strategy: uv installs what pip would.
 UV_VERSION := 0.13.9
-UV_INSTALL = $(shell PYTHONPATH=src $(BIN)/python -c 'import shlex; from kaliper.stacks.pipconfig import read_pip_config; c = read_pip_config(); print(*(["SSL_CERT_FILE=" + shlex.quote(c.cert)] if c.cert else []), "$(BIN)/uv pip install --quiet", shlex.join(c.args))')
+UV_INSTALL = $(shell PYTHONPATH=src $(BIN)/python -c 'import shlex; from kaliper.stacks.pipconfig import read_pip_config; c = read_pip_config(); print(*(["SSL_CERT_FILE=" + shlex.quote(c.cert)] if c.cert else []), "$(BIN)/uv pip install --quiet --compile-bytecode", shlex.join(c.args))')
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +47,7 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-all
 	$(UV_INSTALL) --python $(BIN)/python -e '.[all,test]'
 	touch $@
 
-run: $(VENV)/.installed-all
+run: $(VENV)/.installed-all bytecode
 	$(BIN)/kaliper run $(SPEC)
 
 test: $(VENV)/.installed-test services lint typecheck docs pytest
@@ -76,7 +81,11 @@ docs: $(VENV)/.installed-test
 # The suite in two parts: most of it on PYTEST_WORKERS processes at once (pytest-xdist, a test file per
 # worker, so a module's services start once), then the files that measure this machine (`serial`,
 # tests/conftest.py) alone. Both parts always run; the target fails if either did (5: nothing selected).
-pytest: $(VENV)/.installed-test
+# Only what changed since the last time is compiled again (a second when nothing did).
+bytecode: $(VENV)/.installed-all
+	$(BIN)/python -m compileall -q -j 0 src tests benchmarks >/dev/null
+
+pytest: $(VENV)/.installed-test bytecode
 	@status=0; \
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS); rc=$$?; \
 	[ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=$$rc; \

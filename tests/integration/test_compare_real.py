@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.cli import CliRunner
+from tests.support.cli import CliRunner, in_process
 
 SPEC = """
 name: {name}
 workload:
   name: pi-matmul
-  framework: numpy  # the comparison, not torch: a replica starts in 2 CPU-s instead of 5
+  framework: numpy  # the comparison, not torch: a short replica costs ~1 CPU-s instead of ~3.4
   params: {{dtype: {dtype}, device: cpu, threads: 1, matrix_size: 256}}
 repetitions: 3
 sampling: {{warmup: 3, target_rel_ci: 0.02, min_samples: 10, max_samples: 200, max_time: 1s}}
@@ -59,9 +59,13 @@ def test_compare_real_experiments(kaliper: CliRunner, tmp_path: Path) -> None:
     assert gflops["verdict"] == "slower" and gflops["ci_high"] < 1.0
     assert "| t000 |" in (tmp_path / "c.md").read_text()
 
+    # The rest through the same entry point in this process (a fresh interpreter imports scipy.stats for
+    # each comparison, ~2 CPU-s): the real process was shown just above.
     # The other way round: faster, exit 0.
     out = tmp_path / "faster.json"
-    done = kaliper("compare", f"{f64}:t000", f"{f32}:t000", "--storage", storage, "--json", str(out))
+    done = in_process(
+        "compare", f"{f64}:t000", f"{f32}:t000", "--storage", storage, "--json", str(out), cwd=tmp_path
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     comparisons = json.loads(out.read_text())["comparisons"]
     assert {c["verdict"] for c in comparisons} == {"faster"}
@@ -69,7 +73,9 @@ def test_compare_real_experiments(kaliper: CliRunner, tmp_path: Path) -> None:
 
     # The same spec twice: never `slower`, exit 0 (pairs by parameters).
     out = tmp_path / "same.json"
-    done = kaliper("compare", f32, again, "--storage", storage, "--storage-b", storage, "--json", str(out))
+    done = in_process(
+        "compare", f32, again, "--storage", storage, "--storage-b", storage, "--json", str(out), cwd=tmp_path
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     same = json.loads(out.read_text())
     assert all(c["verdict"] != "slower" for c in same["comparisons"])
@@ -82,8 +88,8 @@ def test_compare_real_experiments(kaliper: CliRunner, tmp_path: Path) -> None:
     assert report["comparisons"]["against_baseline"]["comparisons"] == same["comparisons"]
 
     # Experiments whose trials have different parameters are refused (exit 2), saying why.
-    done = kaliper("compare", f32, f64, "--storage", storage)
+    done = in_process("compare", f32, f64, "--storage", storage, cwd=tmp_path)
     assert done.returncode == 2
     assert "not comparable" in done.stderr and "dtype" in done.stderr
-    done = kaliper("compare", f32, f"{f64}:t000", "--storage", storage)
+    done = in_process("compare", f32, f"{f64}:t000", "--storage", storage, cwd=tmp_path)
     assert done.returncode == 2 and "EXPERIMENT:TRIAL" in done.stderr

@@ -40,7 +40,7 @@ SPEC = """
 name: faults
 workload:
   name: pi-matmul
-  framework: numpy  # storage faults, not torch: a replica starts in 2 CPU-s instead of 5
+  framework: numpy  # storage faults, not torch: a short replica costs ~1 CPU-s instead of ~3.4
   params: {{dtype: float32, device: cpu, threads: 1, calls_per_sample: 1}}
 matrix:
   matrix_size: [64, 128]

@@ -67,6 +67,12 @@ def prom_query(server: Prometheus, promql: str) -> list[dict[str, Any]]:
     return result
 
 
+# What is tested but in the first test is storage, spooling and the resources document, not torch: those
+# replicas run numpy's matmul (a short replica ~1 CPU-s; a torch one ~3.4).
+NUMPY_SPEC = SPEC.replace("{name: pi-matmul, params:", "{name: pi-matmul, framework: numpy, params:")
+assert NUMPY_SPEC != SPEC
+
+
 def write_spec(tmp_path: Path, text: str = SPEC) -> Path:
     spec = tmp_path / "spec.yaml"
     spec.write_text(text)
@@ -158,7 +164,9 @@ def test_prometheus_stopped_report_says_resources_unavailable(
     stopped.cleanup()  # stopped by PID: nothing listens on its port any more
     env = {"KALIPER_PUSHGATEWAY": pushgateway.url, "KALIPER_PROMETHEUS": stopped.url, **FAST_PUSH}
     root = tmp_path / "results"
-    spec = write_spec(tmp_path, SPEC.replace("[96, 128]", "[64]").replace("max_time: 3s", "max_time: 1s"))
+    spec = write_spec(
+        tmp_path, NUMPY_SPEC.replace("[96, 128]", "[64]").replace("max_time: 3s", "max_time: 1s")
+    )
     done = kaliper("run", str(spec), "--storage", f"file://{root}", env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     (experiment,) = [p.name for p in (root / "experiments").iterdir()]
@@ -176,7 +184,9 @@ def test_prometheus_stopped_report_says_resources_unavailable(
 @pytest.mark.serial  # the run's measured cores bounded: no test beside it
 def test_without_prometheus_the_local_sampler_fills_resources(kaliper: CliRunner, tmp_path: Path) -> None:
     root = tmp_path / "results"
-    spec = write_spec(tmp_path, SPEC.replace("[96, 128]", "[64]").replace("max_time: 3s", "max_time: 2s"))
+    spec = write_spec(
+        tmp_path, NUMPY_SPEC.replace("[96, 128]", "[64]").replace("max_time: 3s", "max_time: 2s")
+    )
     env = {"KALIPER_PROMETHEUS": "", "KALIPER_PUSHGATEWAY": ""}
     done = kaliper("run", str(spec), "--storage", f"file://{root}", env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -220,7 +230,9 @@ def test_s3_down_mid_run_record_is_spooled_then_stored_and_nothing_partial(
         "KALIPER_STORAGE_RETRY_DELAY": "0.3",
         "KALIPER_STORAGE_RETRY_MAX_DELAY": "1.5",
     }
-    spec = write_spec(tmp_path, SPEC.replace("[96, 128]", "[64]").replace("max_time: 3s", "max_time: 4s"))
+    spec = write_spec(
+        tmp_path, NUMPY_SPEC.replace("[96, 128]", "[64]").replace("max_time: 3s", "max_time: 4s")
+    )
     url = f"s3://{s3_server.bucket}/fault"
     run = subprocess.Popen(
         [sys.executable, "-m", "kaliper", "run", str(spec), "--storage", url],
@@ -284,7 +296,7 @@ def test_s3_down_mid_run_record_is_spooled_then_stored_and_nothing_partial(
 def test_spec_names_the_s3_endpoint_and_the_environment_overrides_it(
     s3_server: S3Server, kaliper: CliRunner, tmp_path: Path
 ) -> None:
-    small = SPEC.replace("[96, 128]", "[32]").replace("max_time: 3s", "max_time: 0.5s")
+    small = NUMPY_SPEC.replace("[96, 128]", "[32]").replace("max_time: 3s", "max_time: 0.5s")
     credentials = {k: v for k, v in s3_server.env().items() if k != "KALIPER_S3_ENDPOINT"}
     base_env = {**credentials, "KALIPER_S3_ENDPOINT": "", "AWS_ENDPOINT_URL": "", "AWS_ENDPOINT_URL_S3": ""}
     base_env.update(KALIPER_LOCAL_NETWORK="host", KALIPER_PROMETHEUS="", KALIPER_PUSHGATEWAY="")

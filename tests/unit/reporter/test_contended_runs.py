@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from kaliper.reporter.writers.push_summary import summary_groups
 from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.results.summary import load_summary
 from kaliper.storage import Storage, layout, open_storage
+from tests.support.cli import in_process
 from tests.support.report_runs import trial_runs
 from tests.support.synthetic import build_records, plan_spec, runs_of, sweep_doc, write_experiment
 
@@ -269,9 +271,15 @@ def test_history_points_leave_contended_runs_out(storage: Storage) -> None:
     assert points[1].median < 0.6 * points[0].median
 
 
-def test_cli_flags(storage: Storage, kaliper: Any) -> None:
+def test_cli_flags(storage: Storage, tmp_path: Path) -> None:
+    """The flags through the real entry point, in this process (`in_process`): five fresh interpreters,
+    each importing scipy.stats for its comparisons, cost ~15 CPU-s."""
     base = make(storage, T0, seed=1)
     loaded = make(storage, T0 + timedelta(days=1), {("t000", r) for r in range(5)}, seed=2)
+
+    def kaliper(*args: str) -> subprocess.CompletedProcess[str]:
+        return in_process(*args, cwd=tmp_path)
+
     out = kaliper("compare", base, loaded, "--storage", storage.url)
     assert out.returncode == 0, out.stderr
     assert "too few quiet runs" in out.stdout and "Contended runs are left out" in out.stdout

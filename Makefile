@@ -19,11 +19,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test lint typecheck docs pytest bench clean services bytecode
 
-# Bytecode is compiled when a package is installed (--compile-bytecode) and for src/ and tests/ before a
-# run (`bytecode`), never left to the first import: with PYTHONDONTWRITEBYTECODE set (CI machines, many
-# containers) no process would ever write it, and every one would compile what it imports from source
-# again: `import torch` 5.4 CPU-s instead of 2.6, the CLI's own imports 2.2 instead of 1.05; the suite
-# starts some thousand such processes.
+# Bytecode is compiled when a package is installed (--compile-bytecode) and for src/, tests/ and
+# benchmarks/ before a run (`bytecode`), never left to the first import: with PYTHONDONTWRITEBYTECODE set
+# (CI machines, many containers) no process would ever write it, and every one would compile what it
+# imports from source again: `import torch` 5.4 CPU-s instead of 2.6, the CLI's own imports 2.2 instead
+# of 1.05; the suite starts some thousand such processes.
 # The environments are installed by uv (pinned; the `stacks` extra needs it anyway): a minute where pip
 # took four. uv reads no pip configuration, so pip's index settings (find-links, index URLs, CA bundle:
 # where this machine's pip finds the CPU torch) are handed to it by the code that does so for stacks

@@ -18,8 +18,7 @@ EXACT_RANKS_UP_TO = 2048
 def lower_median_rank(n: int, alpha: float) -> int:
     """The number of k ≥ 0 with P(K ≤ k) ≤ α/2, K ~ Binomial(n, 1/2) (0 when there is none).
 
-    Without scipy: every workload process computes this as it samples, and importing scipy.special
-    costs it ~0.4 CPU-s. Small n are exact (integers: Σ C(n, j) ≤ α/2 · 2ⁿ, α read exactly as the binary
+    Small n are exact (integers: Σ C(n, j) ≤ α/2 · 2ⁿ, α read exactly as the binary
     fraction it is); large n sum the log-pmf (lgamma) with logaddexp, to ~1e-10 relative, against a
     crossing whose neighbours differ by the pmf (≥ 1e-3 relative there). Both gave what scipy's
     `bdtr(k, n, 0.5) <= α/2` gives for every n up to 2,100 and every 997th n up to 200,000, at

@@ -10,7 +10,10 @@ the rates that were fed in.
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,6 +26,7 @@ from prometheus_client.registry import Collector
 from kaliper.monitoring import prometheus as promq
 from kaliper.monitoring.prometheus import SETTLE_ENV, query_run
 from tests.support.prom_services import Prometheus, Pushgateway
+from tests.support.replicas import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -87,6 +91,33 @@ class ClusterLike(Collector):
         yield from (cpu, periods, throttled, memory, rx, pod_labels, gpu_util, gpu_mem, gpu_clock, gpu_temp)
 
 
+def instant(server: Prometheus, promql: str) -> list[dict[str, Any]]:
+    query = urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(f"{server.url}/api/v1/query?{query}", timeout=5) as response:
+        result: list[dict[str, Any]] = json.loads(response.read())["data"]["result"]
+    return result
+
+
+def last_scrape(server: Prometheus) -> float:
+    """When Prometheus last scraped the gateway (Unix seconds; 0 before its first scrape)."""
+    result = instant(server, 'timestamp(up{job="pushgateway"})')
+    return float(result[0]["value"][1]) if result else 0.0
+
+
+def range_queries(server: Prometheus) -> int:
+    """Range queries Prometheus has answered, by its own count (prometheus_http_requests_total): a pass
+    of `query_resources` is a fixed number of them, so the count says how often it asked."""
+    with urllib.request.urlopen(f"{server.url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return round(
+        sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("prometheus_http_requests_total{") and 'handler="/api/v1/query_range"' in line
+        )
+    )
+
+
 @pytest.fixture(scope="module")
 def fed() -> Iterator[tuple[Prometheus, datetime, datetime]]:
     gateway = Pushgateway()
@@ -103,7 +134,8 @@ def fed() -> Iterator[tuple[Prometheus, datetime, datetime]]:
             push_to_gateway(gateway.url, job="cluster-like", registry=registry)
             time.sleep(0.25)
         end = datetime.now(UTC)
-        time.sleep(1.5)  # the last push scraped
+        # The last push is on the gateway before `end`: a scrape at `end` or later has it.
+        wait_for(lambda: last_scrape(server) >= end.timestamp(), what="a scrape after the last push")
         yield server, start + timedelta(seconds=3), end  # 3 s in: rate() has a full range behind it
     finally:
         server.cleanup()
@@ -153,16 +185,28 @@ def test_another_repetition_sees_only_its_own_pod(fed: tuple[Prometheus, datetim
 def test_reporter_waits_for_a_just_finished_run_to_be_scraped_but_not_forever(
     fed: tuple[Prometheus, datetime, datetime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """How often the reporter asked is counted by Prometheus itself (its range queries), against one pass
+    of the same queries made here: a wall-clock bound on "not forever" would hold only on a fast machine.
+    It asks again at most once a second until 3 s after the run's end, which was 1 s ago: 3 passes at
+    most; a run long over is asked once."""
     server, _start, _end = fed
     monkeypatch.setenv(SETTLE_ENV, "3")
     now = datetime.now(UTC)
     ids = {"experiment": "never-ran", "trial": "t000", "repetition": 0, "executor": "kubernetes"}
+    before = range_queries(server)
+    promq.query_resources(
+        now - timedelta(seconds=5), now - timedelta(seconds=1), experiment="never-ran", trial="t000",
+        repetition=0, scope="cluster", url=server.url,
+    )  # fmt: skip
+    per_pass = range_queries(server) - before
+    assert per_pass > 0
+    before = range_queries(server)
     began = time.monotonic()
     block = query_run(server.url, (now - timedelta(seconds=5), now - timedelta(seconds=1)), **ids)  # type: ignore[arg-type]
     waited = time.monotonic() - began
-    assert block["reason"] == promq.NO_DATA and 1.5 <= waited < 10, (
-        waited
-    )  # asked again until 3 s after the end
-    began = time.monotonic()
+    passes = (range_queries(server) - before) / per_pass
+    assert block["reason"] == promq.NO_DATA and waited >= 1.5, waited  # asked again until 3 s after the end
+    assert passes in (1, 2, 3), passes  # ... and no more: not forever
+    before = range_queries(server)
     query_run(server.url, (now - timedelta(seconds=60), now - timedelta(seconds=50)), **ids)  # type: ignore[arg-type]
-    assert time.monotonic() - began < 1.5  # long over: no waiting
+    assert range_queries(server) - before == per_pass  # long over: one pass, no asking again

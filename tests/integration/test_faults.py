@@ -30,6 +30,8 @@ from typing import Any
 import pytest
 
 from kaliper.storage import layout
+from tests.support.ports import dead_url_fixture  # noqa: F401 - registers the `dead_url` fixture
+from tests.support.replicas import PausedReplica, pause_measuring_replica, wait_for, workload_pids
 from tests.support.s3_server import BUCKET, S3Server, s3_server_fixture  # noqa: F401 - registers the `s3_server` fixture
 from tests.support.services import skip_or_fail
 from tests.support.tcp_proxy import TcpProxy
@@ -143,31 +145,6 @@ class Harness:
         }
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 120, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def workload_pids(tag: str) -> list[int]:
-    """Processes whose environment carries KALIPER_STORAGE=... of this test (replicas of its runs)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if tag.encode() in environ and b"workload" in cmdline:
-            found.append(int(entry.name))
-    return found
-
-
 def measured_records(storage_keys: set[str], spool_keys: set[str], read: Callable[[str], bytes]) -> set[str]:
     """Record keys whose record was measured by the workload (not a stand-in for a failed run)."""
     measured = set()
@@ -268,19 +245,39 @@ def check_file_run(
     )
 
 
+def _pause_a_measuring_run(h: Harness, store: Path) -> PausedReplica:
+    """A record stored (a run finished, so the report has one), then a replica of a run that is still
+    measuring, stopped so that it stays so until the test resumes it (tests/support/replicas.py).
+
+    A replica journals its record in the spool before it puts it into storage: one stopped between the two
+    has finished measuring, so its record counts as written if either holds it."""
+    wait_for(lambda: bool(record_keys(file_keys(store))), what="a first record")
+    paused: list[PausedReplica] = []
+
+    def written(key: str) -> bool:
+        return (store / key).exists() or any(h.spool.glob(f"*/objects/{key}"))
+
+    def found() -> bool:
+        replica = pause_measuring_replica(str(store), written)
+        paused.extend([replica] if replica else [])
+        return bool(paused)
+
+    wait_for(found, what="a replica of a run that has stored no record")
+    return paused[0]
+
+
 def test_replica_sigkill(tmp_path: Path) -> None:
     store = tmp_path / "store"
     h = Harness(tmp_path, f"file://{store}", max_time="2s")
     h.start()
-    wait_for(lambda: bool(record_keys(file_keys(store))), what="a first record")
-    first = set(workload_pids(str(store)))  # the first run's replica may still be exiting
-    wait_for(lambda: bool(set(workload_pids(str(store))) - first), what="the next run's replica")
-    for pid in set(workload_pids(str(store))) - first:
-        os.kill(pid, signal.SIGKILL)
+    replica = _pause_a_measuring_run(h, store)
+    os.kill(replica.pid, signal.SIGKILL)  # delivered to a stopped process too
     out = h.wait()
     assert out.rc == 1, out.stderr  # a run failed; the report is written
     assert "SIGKILL" in out.stderr or "signal 9" in out.stderr or "-9" in out.stderr, out.stderr
     check_file_run(h, out, "replica SIGKILL", store)
+    # the killed run's record is the executor's stand-in, not a measurement
+    assert json.loads((store / replica.record_key).read_text())["recorded_by"] != "workload"
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -288,9 +285,13 @@ def test_kaliper_run_signal(tmp_path: Path, sig: signal.Signals, code: int) -> N
     store = tmp_path / "store"
     h = Harness(tmp_path, f"file://{store}", max_time="2s")
     h.start()
-    wait_for(lambda: bool(record_keys(file_keys(store)) and workload_pids(str(store))), what="a second run")
+    replica = _pause_a_measuring_run(h, store)
     assert h.proc is not None
     h.proc.send_signal(sig)
+    # The run loop announces that it stopped the run by signalling its replicas: SIGTERM pending on the
+    # stopped one. Only then may the replica go on (and die of it).
+    wait_for(lambda: replica.pending(signal.SIGTERM), what="kaliper run to stop the measuring replica")
+    replica.resume()
     out = h.wait(timeout=60)
     assert out.rc == code, out.stderr
     assert "interrupted" in out.stderr
@@ -366,7 +367,7 @@ def proxied_s3(s3_server: S3Server) -> Iterator[tuple[S3Server, TcpProxy]]:
     try:
         yield s3_server, proxy
     finally:
-        proxy.down()
+        proxy.close()
 
 
 def s3_keys(server: S3Server, prefix: str) -> set[str]:
@@ -484,19 +485,13 @@ class HungServer:
         self.sock.close()
 
 
-def dead_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-
 @pytest.mark.parametrize(
     ("service", "state"),
     [("prometheus", "dead"), ("prometheus", "hung"), ("pushgateway", "dead"), ("pushgateway", "hung")],
 )
-def test_monitoring_dead_or_hung(tmp_path: Path, service: str, state: str) -> None:
+def test_monitoring_dead_or_hung(tmp_path: Path, dead_url: str, service: str, state: str) -> None:
     hung = HungServer() if state == "hung" else None
-    url = hung.url if hung is not None else dead_url()
+    url = hung.url if hung is not None else dead_url  # held dead until the test ends (tests/support/ports.py)
     variable = {"prometheus": "KALIPER_PROMETHEUS", "pushgateway": "KALIPER_PUSHGATEWAY"}[service]
     store = tmp_path / "store"
     try:

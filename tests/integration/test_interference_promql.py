@@ -48,7 +48,8 @@ from kaliper.reporter.report import build_report
 from kaliper.results.documents import to_document
 from kaliper.storage import layout, open_storage
 from kaliper.storage.base import dump_json
-from tests.support.prom_services import Prometheus, find_binary, free_port
+from tests.support.ports import dead_url_fixture  # noqa: F401 - registers the `dead_url` fixture
+from tests.support.prom_services import Prometheus, find_binary
 from tests.support.synthetic import build_records, launch_doc, plan_spec, runs_of, write_experiment
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.usefixtures("interference_on")]
@@ -327,7 +328,7 @@ def test_noisy_node_is_contended_quiet_node_quiet_and_the_documents_are_read_bac
 
 
 def test_second_report_reads_the_stored_documents_back_unchanged(
-    copy: tuple[Prometheus, Path, str], monkeypatch: pytest.MonkeyPatch
+    copy: tuple[Prometheus, Path, str], monkeypatch: pytest.MonkeyPatch, dead_url: str
 ) -> None:
     server, root, experiment = copy
     monkeypatch.setenv("KALIPER_PROMETHEUS", server.url)
@@ -335,7 +336,7 @@ def test_second_report_reads_the_stored_documents_back_unchanged(
     write_report(storage, experiment, unstored=store_cluster_documents(storage, experiment))
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     assert (stored(root, experiment, 0) or {}).get("verdict") == "contended"
-    monkeypatch.setenv("KALIPER_PROMETHEUS", f"http://127.0.0.1:{free_port()}")  # asking would fail
+    monkeypatch.setenv("KALIPER_PROMETHEUS", dead_url)  # asking would fail
     storage = open_storage(f"file://{root}")
     assert store_cluster_documents(storage, experiment).environment == {}  # nothing asked: all stored
     write_report(storage, experiment)  # raises if a report byte changed
@@ -351,10 +352,10 @@ def test_second_report_reads_the_stored_documents_back_unchanged(
 
 
 def test_prometheus_down_stores_nothing_and_says_why(
-    copy: tuple[Prometheus, Path, str], monkeypatch: pytest.MonkeyPatch
+    copy: tuple[Prometheus, Path, str], monkeypatch: pytest.MonkeyPatch, dead_url: str
 ) -> None:
     _server, root, experiment = copy
-    url = f"http://127.0.0.1:{free_port()}"
+    url = dead_url  # held dead for the whole test (tests/support/ports.py)
     monkeypatch.setenv("KALIPER_PROMETHEUS", url)
     storage = open_storage(f"file://{root}")
     unstored = store_cluster_documents(storage, experiment)

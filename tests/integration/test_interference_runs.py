@@ -1,6 +1,10 @@
 """Interference of real local runs: every run's environment.json, a busy process pinned to the replica's
 core flags its run `contended`, pre-flight waits or refuses under load, and a contended repetition is run
-again with the earlier attempt kept under runs/<rep>/attempts/<n>/."""
+again with the earlier attempt kept under runs/<rep>/attempts/<n>/.
+
+Kaliper judges a run's neighbours over the CPUs it may use: a test that loads the machine confines itself
+(and so Kaliper, its replicas and its spinners) to one CPU first (`spinners`), so that one busy process is
+the same load on every machine, not half of the 2-core CI machine and an eighth of an 8-core one."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from kaliper.reporter.aggregate import load_experiment
 from kaliper.spec import load_spec
 from kaliper.storage import layout, open_storage
 from tests.support.cli import CliRunner
+from tests.support.cpus import READY, confined, first_cpus
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("interference_on")]
 
@@ -36,7 +41,8 @@ sampling: {warmup: 1, target_rel_ci: 0.0001, min_samples: 6, max_samples: 100000
 job: {kind: PyTorchJob, replicas: {Master: 1}, image: ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0}
 """
 
-# Spins on one CPU until its deadline, or until the process it watches has ended (0: none).
+# Spins on one CPU until its deadline, or until the process it watches has ended (0: none); says
+# `spinning` (tests.support.cpus.READY) once it is on its CPU and about to spin.
 SPIN = """\
 import os, sys, time
 os.sched_setaffinity(0, {int(sys.argv[1])})
@@ -46,6 +52,7 @@ def alive(pid):
         return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+print(sys.argv[4], flush=True)
 while True:
     n += 1
     if n % 100000 == 0 and (time.monotonic() > deadline or (watch and not alive(watch))):
@@ -54,11 +61,21 @@ while True:
 
 
 def spin(cpu: int, watch: int = 0, seconds: float = 60.0) -> int:
-    """A busy process pinned to `cpu`, detached (not our child: its CPU never counts as ours when reaped);
-    its pid."""
-    shell = f'"{sys.executable}" -c "$0" {cpu} {watch} {seconds} >/dev/null 2>&1 & echo $!'
-    out = subprocess.run(["sh", "-c", shell, SPIN], capture_output=True, text=True, check=True)
-    return int(out.stdout.strip())
+    """A busy process pinned to `cpu`, detached (not our child: its CPU never counts as ours when reaped),
+    spinning by the time this returns; its pid.
+
+    The shell prints the spinner's pid and exits; the spinner says `spinning` on the same pipe once it
+    spins (either line may come first), and writes nothing after that (the pipe is closed here)."""
+    shell = f'"{sys.executable}" -c "$0" {cpu} {watch} {seconds} {READY} 2>/dev/null & echo $!'
+    pid, ready = 0, False
+    with subprocess.Popen(["sh", "-c", shell, SPIN], stdout=subprocess.PIPE, text=True) as sh:
+        assert sh.stdout is not None
+        while not (pid and ready):
+            line = sh.stdout.readline()
+            assert line, f"the spinner on CPU {cpu} ended before it said it was spinning"
+            ready = ready or line.strip() == READY
+            pid = pid or (int(line) if line.strip().isdigit() else 0)
+    return pid
 
 
 def stop(pid: int) -> None:
@@ -67,7 +84,18 @@ def stop(pid: int) -> None:
 
 
 @pytest.fixture
-def spinners() -> Iterator[list[int]]:
+def one_cpu() -> Iterator[int]:
+    """The test confined to one CPU (its lowest): what it starts from now on runs there, and Kaliper in
+    this process judges neighbours over it alone."""
+    (cpu,) = first_cpus(1)
+    with confined({cpu}):
+        yield cpu
+
+
+@pytest.fixture
+def spinners(one_cpu: int) -> Iterator[list[int]]:
+    """Busy processes the test starts (killed at its end), on the one CPU the test is confined to: the
+    load then covers every CPU the runs may use, on any machine."""
     started: list[int] = []
     yield started
     for pid in started:
@@ -182,8 +210,10 @@ def test_contended_repetition_is_run_again_and_the_attempt_kept(
     assert [r.repetition for r in trial.runs] == [0] and trial.runs[0].measured
 
 
-def test_preflight_waits_under_load_then_starts_and_says_so(tmp_path: Path, spinners: list[int]) -> None:
-    spinners += [spin(cpu, seconds=30) for cpu in sorted(os.sched_getaffinity(0))[:1]]
+def test_preflight_waits_under_load_then_starts_and_says_so(
+    tmp_path: Path, spinners: list[int], one_cpu: int
+) -> None:
+    spinners.append(spin(one_cpu, seconds=30))
     said: list[str] = []
     from kaliper.analysis.interference import Thresholds
 
@@ -195,9 +225,9 @@ def test_preflight_waits_under_load_then_starts_and_says_so(tmp_path: Path, spin
 
 
 def test_strict_preflight_under_load_refuses_and_writes_nothing(
-    kaliper: CliRunner, tmp_path: Path, spinners: list[int]
+    kaliper: CliRunner, tmp_path: Path, spinners: list[int], one_cpu: int
 ) -> None:
-    spinners += [spin(cpu, seconds=30) for cpu in sorted(os.sched_getaffinity(0))[:1]]
+    spinners.append(spin(one_cpu, seconds=30))  # `kaliper run` below runs on that CPU only
     spec = write_spec(tmp_path, 1)
     store = tmp_path / "store"
     env = {"KALIPER_CALIBRATION_DIR": str(tmp_path / "cal")}
@@ -229,7 +259,7 @@ def test_load_during_some_repetitions_is_flagged_and_kept_out_of_the_numbers(
 
     for name in ("KALIPER_PROMETHEUS", "KALIPER_PUSHGATEWAY"):
         monkeypatch.delenv(name, raising=False)
-    cpu = min(os.sched_getaffinity(0))
+    cpu = min(os.sched_getaffinity(0))  # the one CPU the test is confined to (`spinners`)
     text = (SPEC % (6, "")).replace("matrix_size: 48", "matrix_size: 96")  # a sample a neighbour slows
     quiet_dir, loaded_dir = tmp_path / "quiet", tmp_path / "loaded"
     plans = []

@@ -11,13 +11,13 @@ import json
 import os
 import subprocess
 import sys
-import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
+from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, ReplicaLaunch, load_versioned
 from kaliper.results.record import ResultRecord, load_record
 from tests.support.report_runs import trial_runs
 
@@ -99,6 +99,12 @@ def read_launch(path: Path) -> LaunchDoc:
 
 def read_record(path: Path) -> ResultRecord:
     return load_record(path.read_bytes(), str(path))
+
+
+def lifetime(replica: ReplicaLaunch) -> timedelta:
+    """From the replica's start to its end, as launch.json records them."""
+    assert replica.started is not None and replica.finished is not None, replica
+    return replica.finished - replica.started
 
 
 def pid_is_gone(pid: int) -> bool:
@@ -307,11 +313,8 @@ job:
 """
     spec = write_spec(tmp_path / "spec", "deadline", jsonnet_template(containers), body)
     store = tmp_path / "store"
-    started = time.monotonic()
     proc = run_cli("run", str(spec), "--storage", f"file://{store}", cwd=tmp_path, timeout=300)
-    elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert elapsed < 45, "the job ran to the end of its 60 s sleep instead of stopping at the deadline"
 
     run_dir = next(only_experiment(store).glob("trials/*/runs/0"))
     launch = read_launch(run_dir / "launch.json")
@@ -320,6 +323,11 @@ job:
     assert "deadline" in launch.message
     assert launch.replicas[0].reason == "DeadlineExceeded"
     assert launch.replicas[0].exit_code is not None and launch.replicas[0].exit_code != 0
+    # The replica's own start and end, as the executor recorded them: stopped before its 60 s sleep could
+    # have ended (however slow this machine is, a replica that slept to the end lived 60 s or more).
+    assert lifetime(launch.replicas[0]) < timedelta(seconds=60), (
+        "the job ran to the end of its 60 s sleep instead of stopping at the deadline"
+    )
 
     record = read_record(run_dir / "master-0.json")
     assert record.status == "timeout"
@@ -390,12 +398,9 @@ job:
 """
     spec = write_spec(tmp_path / "spec", "envcheck", jsonnet_template(containers), body)
     store = tmp_path / "store"
-    started = time.monotonic()
     proc = run_cli("run", str(spec), "--storage", f"file://{store}", cwd=tmp_path, timeout=300)
-    elapsed = time.monotonic() - started
     # No workload wrote a result record, so the run is reported as failed; the job itself succeeded.
     assert "wrote no result record" in (only_experiment(store) / "report" / "report.md").read_text()
-    assert elapsed < 25, "the job waited for the sleeping worker instead of succeeding with the master"
 
     run_dir = next(only_experiment(store).glob("trials/*/runs/0"))
     launch = read_launch(run_dir / "launch.json")
@@ -406,6 +411,14 @@ job:
     assert replicas[("Master", 0)].reason == "Completed"
     assert replicas[("Worker", 0)].reason == "Stopped"
     assert replicas[("Worker", 0)].exit_code != 0
+    # The worker's own start and end, as the executor recorded them: stopped once the master was done,
+    # before its 30 s sleep could have ended (a worker that slept to the end lived 30 s or more).
+    assert lifetime(replicas[("Worker", 0)]) < timedelta(seconds=30), (
+        "the job waited for the sleeping worker instead of succeeding with the master"
+    )
+    master_end = replicas[("Master", 0)].finished
+    assert master_end is not None and replicas[("Worker", 0)].finished is not None
+    assert replicas[("Worker", 0)].finished >= master_end  # stopped after the master succeeded
 
     master = parse_env_log(run_dir / "logs" / "master-0.stdout.log")
     worker = parse_env_log(run_dir / "logs" / "worker-0.stdout.log")

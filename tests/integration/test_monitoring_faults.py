@@ -11,7 +11,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,8 @@ from kaliper.monitoring.sampler import LocalSampler
 from kaliper.reporter import write_report
 from kaliper.results.resources import load_resources
 from kaliper.storage import Storage, layout, open_storage
+from tests.support.ports import dead_url_fixture  # noqa: F401 - registers the `dead_url` fixture
+from tests.support.replicas import wait_for
 from tests.support.synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
 DEADLINE_S = 3.0
@@ -62,12 +64,6 @@ def hung() -> Iterator[HungServer]:
     server = HungServer()
     yield server
     server.close()
-
-
-def dead_url() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{probe.getsockname()[1]}"  # closed once the probe is
 
 
 @pytest.fixture
@@ -115,10 +111,10 @@ def test_hung_prometheus_costs_one_deadline_per_report(
 
 
 def test_dead_prometheus_costs_one_connection_attempt(
-    storage: Storage, monkeypatch: pytest.MonkeyPatch
+    storage: Storage, monkeypatch: pytest.MonkeyPatch, dead_url: str
 ) -> None:
     exp = experiment(storage)
-    url = dead_url()
+    url = dead_url
     monkeypatch.setenv("KALIPER_PROMETHEUS", url)
     began = time.perf_counter()
     write_report(storage, exp, unstored=store_cluster_documents(storage, exp))  # as `kaliper report`
@@ -132,10 +128,10 @@ def test_dead_prometheus_costs_one_connection_attempt(
 
 @pytest.mark.parametrize("kind", ["hung", "dead"])
 def test_summary_push_to_a_broken_pushgateway_is_bounded(
-    storage: Storage, hung: HungServer, monkeypatch: pytest.MonkeyPatch, kind: str
+    storage: Storage, hung: HungServer, monkeypatch: pytest.MonkeyPatch, dead_url: str, kind: str
 ) -> None:
     exp = experiment(storage)
-    monkeypatch.setenv("KALIPER_PUSHGATEWAY", hung.url if kind == "hung" else dead_url())
+    monkeypatch.setenv("KALIPER_PUSHGATEWAY", hung.url if kind == "hung" else dead_url)
     began = time.perf_counter()
     write_report(storage, exp)
     took = time.perf_counter() - began
@@ -144,13 +140,20 @@ def test_summary_push_to_a_broken_pushgateway_is_bounded(
 
 
 @pytest.mark.parametrize("kind", ["hung", "dead"])
-def test_live_pusher_and_sampler_give_up_at_the_first_failure(hung: HungServer, kind: str) -> None:
-    url = hung.url if kind == "hung" else dead_url()
+def test_live_pusher_and_sampler_give_up_at_the_first_failure(
+    hung: HungServer, dead_url: str, kind: str
+) -> None:
+    url = hung.url if kind == "hung" else dead_url
+
+    def first_push_made(gave_up: Callable[[], bool], accepted_before: int) -> Callable[[], bool]:
+        """The first push has failed (dead), or reached the hung server and hangs there (hung)."""
+        return gave_up if kind == "dead" else lambda: len(hung.accepted) > accepted_before
+
     began = time.perf_counter()
     pusher = LivePusher(url, KEY, interval_s=0.05, grace_s=5.0)
     for n in range(1, 200):
         pusher.on_sample(n, 1_000_000)
-    time.sleep(0.5)
+    wait_for(first_push_made(lambda: pusher.gave_up, 0), what="the pusher's first push")
     pusher.finish("ok")
     took = time.perf_counter() - began
     print(f"LivePusher with a {kind} Pushgateway: {took:.1f} s")
@@ -158,8 +161,9 @@ def test_live_pusher_and_sampler_give_up_at_the_first_failure(hung: HungServer, 
 
     began = time.perf_counter()
     sampler = LocalSampler([os.getpid()], interval_s=0.05, pushgateway=url, grouping_key=KEY)
+    accepted = len(hung.accepted)
     sampler.start()
-    time.sleep(0.5)
+    wait_for(first_push_made(lambda: sampler.gave_up, accepted), what="the sampler's first push")
     sampler.stop()
     took = time.perf_counter() - began
     print(f"LocalSampler with a {kind} Pushgateway: {took:.1f} s")

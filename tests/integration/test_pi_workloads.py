@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from kaliper.benchmarks.calibration import TARGET_SAMPLE_NS
 from kaliper.benchmarks.measurement import Measurement
 from kaliper.benchmarks.pi import pi_conv2d_tf, pi_conv2d_torch, pi_import, pi_matmul_tf
 from kaliper.benchmarks.pi.pi_conv2d_torch import output_size, same_pads
@@ -157,7 +157,6 @@ def test_torch_asymmetric_same_padding_and_bfloat16() -> None:
     assert_rate_metrics(m, expected_conv_flop(params), 2)
 
 
-@pytest.mark.serial  # judges timing: calibrated under one load and sampled under another, samples shrink
 def test_torch_conv2d_calibrates_to_10ms_samples() -> None:
     params = {
         **TINY_CONV,
@@ -168,8 +167,9 @@ def test_torch_conv2d_calibrates_to_10ms_samples() -> None:
     }
     m = pi_conv2d_torch.run(params, QUICK)
     assert m.calls_per_sample > 1 and m.effective_params["calls_per_sample"] == m.calls_per_sample
-    # calibrated for >= 10 ms; a loaded machine only makes samples longer, a freed one up to ~2x shorter
-    assert statistics.median(m.samples.timed_ns) >= 5_000_000
+    # calibrated: that many calls took >= 10 ms when the calibration timed them (the samples meet whatever
+    # load comes after: a freed machine makes them shorter, a loaded one longer)
+    assert m.derived["calibrated_ns"] >= TARGET_SAMPLE_NS
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
@@ -215,8 +215,11 @@ def test_tf_matmul_time_grows_with_calls(tf: Any) -> None:
     """The graph loop runs every matmul: nothing is hoisted or pruned (4x the calls ≈ 4x the time).
 
     Few and many alternate (A B A B) and each side's fastest sample counts: the least disturbed by a
-    neighbour on this shared machine (medians of one run each read 1.34 once, beside the suite)."""
-    params = {"matrix_size": 128, "dtype": "float32", "device": "cpu", "threads": TF_THREADS}
+    neighbour on this shared machine (medians of one run each read 1.34 once, beside the suite). The
+    matrices are large enough that the calls outweigh a sample's fixed cost (the function call, the
+    runtime's thread hand-offs), which a busy machine inflates: at n=128 ten calls took ~0.7 ms of
+    which ~0.2 ms fixed, and under load the fixed part grew to ~0.9 ms (40/10 read 1.8, not ~3)."""
+    params = {"matrix_size": 256, "dtype": "float32", "device": "cpu", "threads": TF_THREADS}
     fastest = {10: float("inf"), 40: float("inf")}
     for _ in range(2):
         for calls in fastest:
@@ -235,8 +238,8 @@ def test_tf_matmul_calibrates_to_50ms_samples(tf: Any) -> None:
     }
     m = pi_matmul_tf.run(params, QUICK)
     assert m.calls_per_sample > 1
-    # TF calibrates to >= 50 ms (its fixed per-sample cost stays near 1%); half that allows for drift
-    assert statistics.median(m.samples.timed_ns) >= pi_matmul_tf.TF_TARGET_SAMPLE_NS / 2
+    # TF calibrates to >= 50 ms (its fixed per-sample cost stays near 1%), as its calibration timed them
+    assert m.derived["calibrated_ns"] >= pi_matmul_tf.TF_TARGET_SAMPLE_NS
 
 
 @pytest.mark.parametrize(
@@ -256,13 +259,21 @@ def test_tf_conv2d_metrics_follow_the_formula(tf: Any, padding: str, mode: str, 
 
 
 def test_tf_forward_backward_runs_the_forward_too(tf: Any) -> None:
-    """The forward output is carried by the loop, so it is computed although the gradients don't need it."""
+    """The forward output is carried by the loop, so it is computed although the gradients don't need it.
+
+    Forward and forward+backward alternate (A B A B) and each side's fastest sample counts, as in
+    `test_tf_matmul_time_grows_with_calls`: the least disturbed by a neighbour on this shared machine."""
     params = {**TINY_CONV, "threads": TF_THREADS, "padding": "valid", "data_format": "NHWC"}
     params |= {"height": 64, "width": 64, "channels": 8, "filters": 16, "calls_per_sample": 4}
-    forward = pi_conv2d_tf.run({**params, "mode": "forward"}, QUICK)
-    both = pi_conv2d_tf.run({**params, "mode": "forward_backward"}, QUICK)
-    assert both.derived["flop_per_call"] == 3 * forward.derived["flop_per_call"]
-    assert statistics.median(both.samples.timed_ns) > 1.5 * statistics.median(forward.samples.timed_ns)
+    fastest = {"forward": float("inf"), "forward_backward": float("inf")}
+    flop: dict[str, int] = {}
+    for _ in range(2):
+        for mode in fastest:
+            m = pi_conv2d_tf.run({**params, "mode": mode}, QUICK)
+            fastest[mode] = min(fastest[mode], min(m.samples.timed_ns))
+            flop[mode] = m.derived["flop_per_call"]
+    assert flop["forward_backward"] == 3 * flop["forward"]
+    assert fastest["forward_backward"] > 1.5 * fastest["forward"], fastest
 
 
 def test_tf_nchw_on_cpu_works_or_says_it_needs_a_gpu(tf: Any) -> None:

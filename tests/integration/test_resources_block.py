@@ -20,7 +20,7 @@ from kaliper.reporter.aggregate import load_experiment
 from kaliper.results.resources import load_resources
 from kaliper.spec import load_spec
 from kaliper.storage import layout, open_storage
-from tests.support.prom_services import free_port
+from tests.support.ports import dead_url_fixture  # noqa: F401 - registers the `dead_url` fixture
 from tests.support.report_runs import parquet_runs
 
 pytestmark = pytest.mark.timeout(300)
@@ -64,10 +64,6 @@ def stored_documents(root: Path) -> dict[Path, bytes]:
     }
 
 
-def dead_prometheus() -> str:
-    return f"http://127.0.0.1:{free_port()}"
-
-
 def test_local_sampling_is_stored_per_run_and_reported(copy: tuple[Path, str]) -> None:
     root, experiment = copy
     for rep in (0, 1):
@@ -79,11 +75,11 @@ def test_local_sampling_is_stored_per_run_and_reported(copy: tuple[Path, str]) -
 
 
 def test_rerun_reads_stored_resources_instead_of_asking_prometheus(
-    copy: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+    copy: tuple[Path, str], monkeypatch: pytest.MonkeyPatch, dead_url: str
 ) -> None:
     root, experiment = copy
     before = stored_documents(root)
-    monkeypatch.setenv("KALIPER_PROMETHEUS", dead_prometheus())  # asking would give "unreachable"
+    monkeypatch.setenv("KALIPER_PROMETHEUS", dead_url)  # asking would give "unreachable"
     storage = open_storage(f"file://{root}")
     assert not store_cluster_documents(storage, experiment).resources  # every run has its document
     write_report(storage, experiment)  # would raise if any report byte changed
@@ -91,13 +87,13 @@ def test_rerun_reads_stored_resources_instead_of_asking_prometheus(
 
 
 def test_prometheus_down_is_stored_once_and_the_report_still_written(
-    copy: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+    copy: tuple[Path, str], monkeypatch: pytest.MonkeyPatch, dead_url: str
 ) -> None:
     root, experiment = copy
     shutil.rmtree(root / layout.report_key(experiment, ""))
     for rep in (0, 1):
         (root / layout.resources_key(experiment, "t000", rep)).unlink()
-    url = dead_prometheus()
+    url = dead_url  # held dead for the whole test (tests/support/ports.py)
     monkeypatch.setenv("KALIPER_PROMETHEUS", url)
     storage = open_storage(f"file://{root}")
     write_report(storage, experiment, unstored=store_cluster_documents(storage, experiment))

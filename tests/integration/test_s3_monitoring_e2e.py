@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,19 +22,20 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from kaliper.results.protocol import RESULT_LINE_PREFIX
 from kaliper.results.record import load_record
 from kaliper.storage import layout
 from tests.support.cli import CliRunner
+from tests.support.ports import dead_url_fixture  # noqa: F401 - registers the `dead_url` fixture
 from tests.support.prom_services import (  # noqa: F401 - the fixtures register themselves
     Prometheus,
     Pushgateway,
     prometheus_fixture,
     pushgateway_fixture,
 )
+from tests.support.replicas import PausedReplica, pause_measuring_replica, process_state, wait_for
 from tests.support.report_runs import parquet_runs
 from tests.support.s3_server import S3Server, experiment_of, run_objects, s3_server_fixture  # noqa: F401 - registers the fixture
 from tests.support.tcp_proxy import TcpProxy
@@ -157,12 +160,12 @@ def test_run_on_s3_with_monitoring_stores_everything_and_reports_prometheus_reso
 
 
 def test_prometheus_stopped_report_says_resources_unavailable(
-    pushgateway: Pushgateway, kaliper: CliRunner, tmp_path: Path
+    pushgateway: Pushgateway, kaliper: CliRunner, tmp_path: Path, dead_url: str
 ) -> None:
-    stopped = Prometheus(pushgateway)
-    stopped.start()
-    stopped.cleanup()  # stopped by PID: nothing listens on its port any more
-    env = {"KALIPER_PUSHGATEWAY": pushgateway.url, "KALIPER_PROMETHEUS": stopped.url, **FAST_PUSH}
+    # What a stopped Prometheus leaves: nothing listens on its port (and the test holds the port, so that
+    # no other test's server takes it meanwhile: tests/support/ports.py).
+    stopped = dead_url
+    env = {"KALIPER_PUSHGATEWAY": pushgateway.url, "KALIPER_PROMETHEUS": stopped, **FAST_PUSH}
     root = tmp_path / "results"
     spec = write_spec(
         tmp_path, NUMPY_SPEC.replace("[96, 128]", "[64]").replace("max_time: 3s", "max_time: 1s")
@@ -173,10 +176,10 @@ def test_prometheus_stopped_report_says_resources_unavailable(
     summary = json.loads((root / layout.report_key(experiment, "summary.json")).read_text())
     resources = json.loads((root / layout.resources_key(experiment, "t000", 0)).read_text())
     assert resources["available"] is False and resources["source"] == "prometheus"
-    assert stopped.url in resources["reason"] and "unreachable" in resources["reason"], resources
+    assert stopped in resources["reason"] and "unreachable" in resources["reason"], resources
     assert summary["trials"][0]["status"] == "ok"  # the measurement itself is unaffected
     report = (root / layout.report_key(experiment, "report.md")).read_text()
-    assert f"Resources unavailable for all runs: Prometheus at {stopped.url}" in report
+    assert f"Resources unavailable for all runs: Prometheus at {stopped}" in report
     # Stored once, so a rerun gives the same report even if Prometheus is back by then.
     assert (root / layout.resources_key(experiment, "t000", 0)).is_file()
 
@@ -198,21 +201,6 @@ def test_without_prometheus_the_local_sampler_fills_resources(kaliper: CliRunner
     record = load_record((root / layout.record_key(experiment, "t000", 0, "Master", 0)).read_bytes(), "r")
     assert resources["window"]["start"] == record.timestamps.started.isoformat()
     assert "| local-sampler |" in (root / layout.report_key(experiment, "report.md")).read_text()
-
-
-def _workload_children(pid: int) -> list[psutil.Process]:
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
-    found = []
-    for child in children:
-        try:
-            if "workload" in child.cmdline():
-                found.append(child)
-        except psutil.Error:
-            continue
-    return found
 
 
 def test_s3_down_mid_run_record_is_spooled_then_stored_and_nothing_partial(
@@ -242,23 +230,46 @@ def test_s3_down_mid_run_record_is_spooled_then_stored_and_nothing_partial(
         stderr=subprocess.PIPE,
         text=True,
     )
+    spool = Path(os.environ["KALIPER_SPOOL_DIR"])  # the run's and its replica's (tests/conftest.py)
+    prefix = "fault/"
+
+    def written(key: str) -> bool:  # a replica journals its record in the spool, then stores it
+        return prefix + key in s3_server.keys(prefix) or any(spool.glob(f"*/objects/{key}"))
+
+    paused: list[PausedReplica] = []
+
+    def found() -> bool:
+        assert run.poll() is None, run.communicate()
+        # The replica's environment names this test's proxy (its port, to the end of the variable).
+        replica = pause_measuring_replica(f"{proxy.endpoint}\0", written)
+        paused.extend([replica] if replica else [])
+        return bool(paused)
+
     try:
-        # The replica is measuring (it stores nothing until the end): take S3 away.
-        deadline = time.monotonic() + 120
-        while not _workload_children(run.pid):
-            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-            time.sleep(0.05)
+        # A replica stopped (SIGSTOP) with its record not written: it is measuring, and stays so while
+        # stopped. `kaliper run` is stopped too, so that nothing talks to S3 while it is away; then S3
+        # is taken away and the replica goes on.
+        wait_for(found, what="the replica, measuring", timeout=120)
+        (replica,) = paused
+        os.kill(run.pid, signal.SIGSTOP)
+        wait_for(lambda: process_state(run.pid) == "T", what="kaliper run to stop")
         proxy.down()
-        # Bring it back once the replica has given up, before the executor stores the logs.
-        while _workload_children(run.pid):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        replica.resume()
+        # The replica retries, gives up, prints its record and exits. Its parent, stopped, cannot reap
+        # it: a zombie (or gone) says it is done with S3 for good. S3 comes back, and only then may
+        # `kaliper run` go on and store the logs, launch.json and the spool.
+        wait_for(lambda: process_state(replica.pid) in ("Z", "X"), what="the replica to give up", timeout=120)
         proxy.up()
+        os.kill(run.pid, signal.SIGCONT)
         stdout, stderr = run.communicate(timeout=200)
     finally:
         if run.poll() is None:
             run.kill()
-        proxy.down()
+            run.wait()
+        for replica in paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(replica.pid, signal.SIGKILL)
+        proxy.close()
     # The replica kept its record in the local spool and succeeded; S3 was back before the report, so
     # the spool was synced and everything is in storage: nothing failed.
     assert run.returncode == 0, stdout + stderr
@@ -294,7 +305,7 @@ def test_s3_down_mid_run_record_is_spooled_then_stored_and_nothing_partial(
 
 
 def test_spec_names_the_s3_endpoint_and_the_environment_overrides_it(
-    s3_server: S3Server, kaliper: CliRunner, tmp_path: Path
+    s3_server: S3Server, kaliper: CliRunner, tmp_path: Path, dead_url: str
 ) -> None:
     small = NUMPY_SPEC.replace("[96, 128]", "[32]").replace("max_time: 3s", "max_time: 0.5s")
     credentials = {k: v for k, v in s3_server.env().items() if k != "KALIPER_S3_ENDPOINT"}
@@ -310,7 +321,7 @@ def test_spec_names_the_s3_endpoint_and_the_environment_overrides_it(
     assert f"from-spec/{layout.record_key(experiment, 't000', 0, 'Master', 0)}" in keys
 
     # The spec names an endpoint this machine cannot reach; KALIPER_S3_ENDPOINT on this machine wins.
-    dead = f"http://127.0.0.1:{TcpProxy(s3_server.port).port}"
+    dead = dead_url
     spec = write_spec(tmp_path, small + f"s3: {{endpoint: {dead}}}\n")
     env = {**base_env, "KALIPER_S3_ENDPOINT": s3_server.endpoint, "KALIPER_STORAGE_RETRIES": "1"}
     done = kaliper("run", str(spec), "--storage", f"s3://{s3_server.bucket}/from-env", env=env)

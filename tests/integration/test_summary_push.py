@@ -19,7 +19,8 @@ from kaliper.reporter.report import build_report
 from kaliper.reporter.writers.push_summary import push_summary
 from kaliper.spec import load_spec
 from kaliper.storage import open_storage
-from tests.support.prom_services import Pushgateway, free_port, pushgateway_fixture  # noqa: F401 - registers the fixture
+from tests.support.ports import dead_url_fixture  # noqa: F401 - registers the `dead_url` fixture
+from tests.support.prom_services import Pushgateway, pushgateway_fixture  # noqa: F401 - registers the fixture
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,13 +39,13 @@ def gateway_lines(gateway: Pushgateway, prefix: str) -> list[str]:
 
 
 def test_report_pushes_one_group_per_spec_and_survives_a_dead_gateway(
-    pushgateway: Pushgateway, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pushgateway: Pushgateway, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dead_url: str
 ) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)
     monkeypatch.setenv("KALIPER_PROMETHEUS", "")
     # A dead gateway: the run and its report succeed all the same (a warning, nothing else).
-    monkeypatch.setenv("KALIPER_PUSHGATEWAY", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("KALIPER_PUSHGATEWAY", dead_url)  # held dead for the whole test
     result = run_spec(load_spec(spec), reporting(), f"file://{tmp_path / 'store'}")
     assert not result.failed and result.report.summary_document["trials"]
 
@@ -81,6 +82,4 @@ def test_report_pushes_one_group_per_spec_and_survives_a_dead_gateway(
         groups = json.loads(response.read())["data"]
     mine = [g["labels"] for g in groups if result.experiment_id in json.dumps(g)]
     assert mine == [{"job": SUMMARY_JOB, "spec": "sum-push"}]
-    assert (
-        push_summary(build_report(storage, result.experiment_id), url=f"http://127.0.0.1:{free_port()}") == 0
-    )
+    assert push_summary(build_report(storage, result.experiment_id), url=dead_url) == 0

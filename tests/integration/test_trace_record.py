@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from kaliper.errors import TraceError
 from kaliper.trace.bundle import META_FILE, TRACE_FILE, TraceMeta, check_trace_file, parse_meta
 from tests.support.cli import CliRunner
+from tests.support.cpus import confined, first_cpus, spinning
 from tests.support.paths import EXAMPLES
 
 pytest.importorskip("torch")
@@ -190,9 +190,6 @@ def test_script_marking_its_steps_is_recorded(kaliper: CliRunner, tmp_path: Path
     assert failing.returncode == 2 and "exited with code 3" in failing.stderr
 
 
-BUSY_LOOP = "import time\nend = time.monotonic() + 90\nwhile time.monotonic() < end:\n    pass\n"
-
-
 @pytest.mark.slow
 @pytest.mark.serial  # judges this machine quiet or not: no test beside it (the others record unjudged)
 @pytest.mark.usefixtures("interference_on")
@@ -201,18 +198,17 @@ def test_recording_beside_two_busy_processes_is_retimed_then_refused(
 ) -> None:
     """Issue 26: a trace recorded beside two busy processes (one per core of the development VM) is judged
     as a run is, recorded again, and refused with its reasons: never stored as if quiet. About 25 s
-    (two attempts of the tests' small recording beside the loops, each after a pre-flight)."""
+    (two attempts of the tests' small recording beside the loops, each after a pre-flight).
+
+    Kaliper judges the CPUs the recording may use: the test confines itself, the loops and `kaliper trace
+    record` to two CPUs (one if it may use one), so two loops are the same load on any machine; the
+    recording starts once both say they spin."""
     out = tmp_path / "busy"
-    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(2)]
-    try:
+    with confined(first_cpus(2)), spinning(2, seconds=90):
         done = kaliper(
             "trace", "record", "--output", str(out), *MODEL, *FAST, "--retime", "1",
             "--preflight", "on", "--preflight-wait", "0", timeout=120,
         )  # fmt: skip
-    finally:
-        for proc in busy:
-            proc.kill()
-            proc.wait()
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
     assert "pre-flight: the machine is still busy" in done.stderr  # kaliper run's pre-flight, said
     lines = done.stderr.splitlines()

@@ -4,6 +4,13 @@ Why: moto_server keeps its objects in memory, so stopping the real server in the
 also lose what the run had stored before. Clients talk to the proxy instead; `down()` closes its
 listening socket and every open connection (clients then see exactly what a stopped server gives:
 connection refused, or a reset), `up()` listens again on the same port, with the server's data intact.
+
+The port is held from construction to `close()` by a socket bound to it and never listening: while the
+proxy is down it refuses connections, and another test worker cannot take the port in the meantime (a
+port let go between `down()` and `up()` could be, and the proxy would then come back on someone else's
+server, or not at all). Holder and listener both set SO_REUSEADDR, which lets them share the port; the
+kernel never hands a bound port out as an ephemeral one, and a plain bind of it fails (only a socket
+that sets SO_REUSEADDR too and names this very port could share it).
 """
 
 from __future__ import annotations
@@ -19,12 +26,14 @@ class TcpProxy:
         self._listener: socket.socket | None = None
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = int(probe.getsockname()[1])
+        self._holder = socket.socket()
+        self._holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._holder.bind(("127.0.0.1", 0))
+        self.port = int(self._holder.getsockname()[1])
         self.endpoint = f"http://127.0.0.1:{self.port}"
 
     def up(self) -> None:
+        assert self._listener is None, "already up"
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
@@ -44,6 +53,11 @@ class TcpProxy:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
             conn.close()
+
+    def close(self) -> None:
+        """Down for good: the port is let go."""
+        self.down()
+        self._holder.close()
 
     @property
     def is_up(self) -> bool:

@@ -47,8 +47,10 @@ def _minor_faults() -> int | None:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
 
 
-def calibrate_calls(run_calls: Callable[[int], None], target_ns: int = TARGET_SAMPLE_NS) -> int:
-    """Calls per sample so that one sample lasts at least `target_ns` (timer resolution, jitter).
+def calibrate_calls(run_calls: Callable[[int], None], target_ns: int = TARGET_SAMPLE_NS) -> tuple[int, int]:
+    """Calls per sample so that one sample lasts at least `target_ns` (timer resolution, jitter), and how
+    long that many calls took when last timed (the record keeps it: what the calibration saw, whatever
+    load the samples meet later).
 
     `run_calls(k)` runs k calls and waits for them. k doubles until k calls take >= target_ns, then is
     scaled to the count that fills the target. Timing many calls, not one, keeps a single call's launch
@@ -67,12 +69,13 @@ def calibrate_calls(run_calls: Callable[[int], None], target_ns: int = TARGET_SA
         k *= 2
         elapsed = timed(k)
     calls = min(MAX_CALLS, max(1, math.ceil(k * target_ns / elapsed)))
+    check = timed(calls)
     for _ in range(3):  # the first calls can be slow (primitive creation, page faults): re-check
-        check = timed(calls)
         if check >= target_ns or calls >= MAX_CALLS:
             break
         calls = min(MAX_CALLS, math.ceil(calls * target_ns / check))
-    return calls
+        check = timed(calls)
+    return calls, check
 
 
 @dataclass
@@ -80,6 +83,7 @@ class CallSamples:
     calls: int
     samples: SampleSet
     minor_page_faults_per_call: float | None
+    calibrated_ns: int | None = None  # `calls` calls when the calibration last timed them; None: requested
 
 
 def sample_calls(
@@ -96,7 +100,9 @@ def sample_calls(
     return a cheaper callable for the timed span (e.g. a TF loop with its count tensor built once);
     `drain` waits for queued work before the timer starts.
     """
-    calls = requested_calls or calibrate_calls(run_calls, target_ns)
+    calls, calibrated_ns = (
+        (requested_calls, None) if requested_calls else calibrate_calls(run_calls, target_ns)
+    )
     run = one_sample(calls) if one_sample else lambda: run_calls(calls)
 
     def measure() -> int:
@@ -108,7 +114,7 @@ def sample_calls(
 
     faults = FaultCounter()
     samples = collect(measure, rule)
-    return CallSamples(calls, samples, faults.per_call(samples, calls))
+    return CallSamples(calls, samples, faults.per_call(samples, calls), calibrated_ns)
 
 
 def rate_metrics(flop_per_call: float, calls: int, gflops_formula: str) -> dict[str, MetricDef]:

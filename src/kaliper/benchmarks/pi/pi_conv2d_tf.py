@@ -124,6 +124,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             "timed_loop": TIMED_LOOP,
             "tf_device": device,
             "minor_page_faults_per_call": faults_per_call,
+            "calibrated_ns": sampled.calibrated_ns,  # calls_per_sample calls when calibrated (None: given)
             **peak_info,
         },
     )

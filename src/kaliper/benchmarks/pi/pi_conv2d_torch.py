@@ -237,6 +237,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             if geometry.padding == "valid"
             else ("in the convolution" if explicit is None else "F.pad before the convolution"),
             "minor_page_faults_per_call": faults_per_call,
+            "calibrated_ns": sampled.calibrated_ns,  # calls_per_sample calls when calibrated (None: given)
             **peak_info,
         },
     )

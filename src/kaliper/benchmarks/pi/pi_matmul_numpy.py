@@ -89,6 +89,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
         derived={
             "timed_call": "numpy.matmul(a, b, out=c), c preallocated",
             "minor_page_faults_per_call": sampled.minor_page_faults_per_call,
+            "calibrated_ns": sampled.calibrated_ns,  # calls_per_sample calls when calibrated (None: given)
             **peak_info,
         },
     )

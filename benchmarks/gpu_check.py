@@ -14,7 +14,13 @@ What it runs (each case a real `kaliper run` of a generated spec, in its own sto
    `calls` matmuls ended by `torch.cuda.synchronize()`, after 10 untimed calls) interleaved with Kaliper's
    runs (A B A B, `--rounds`), the median of the paired ratios;
 4. overhead: pi-matmul bf16 with GPU sampling on and off (KALIPER_GPU_TELEMETRY=off), interleaved, the
-   median of the paired ratios.
+   median of the paired ratios;
+5. serve: a plain inference loop of ResNet-50 (batch 64, bf16 autocast, channels_last, eval +
+   inference_mode, the batch already on the GPU, 10 untimed passes, then `perf_counter` around 20
+   passes ended by `torch.cuda.synchronize()`) interleaved with `kaliper run` of a serve spec (LoadGen
+   Offline, sut builtin-cnn with the same model, batch, precision and memory format; LoadGen's expected
+   QPS the plain loop's figure measured just before), A B A B over `--rounds`, the median of the paired
+   ratios of samples/s (LoadGen's achieved_qps from the record's `derived` / the plain loop's).
 
 It prints one table: Kaliper vs plain loop (ratio), false flags among the quiet runs (contended or
 throttled with no neighbour), neighbour runs flagged with a GPU reason ("another process on GPU ..."),
@@ -23,7 +29,7 @@ driver and power limit), the sampling overhead, and the transformer workloads' M
 (train: model FLOPs 6·N·T + 12·L·d·s·T per step; infer: the prefill's) with the peak row the record
 names (`derived.peak`: model, precision, TFLOP/s, datasheet); its goal is that the record has both. Exit 0 when every line meets its goal: ratio within
 ±2%, ≤ 5% false flags, every neighbour run flagged by a GPU reason, telemetry in every run, overhead
-≤ 0.5%.
+≤ 0.5%, serve builtin-cnn ≥ 0.98 of the plain loop.
 
 Without a GPU it says so and exits 2 (nothing to check).
 """
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -79,6 +86,59 @@ PLAIN = textwrap.dedent(
     print(json.dumps({"tflops": statistics.median(rates)}))
     """
 )
+
+# The serve line's plain loop: the same model, batch, precision and memory format as the serve spec.
+PLAIN_CNN = textwrap.dedent(
+    """
+    import contextlib, json, statistics, sys, time, torch
+    from kaliper.benchmarks.cnn.models_torch import build_model
+    model_name, batch, size, precision, layout, seconds, device = sys.argv[1:8]
+    batch, size, seconds, device = int(batch), int(size), float(seconds), torch.device(device)
+    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # as the serve backend (and cnn-infer)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
+    torch.manual_seed(0)
+    model = build_model(model_name, 1000).to(device, memory_format=fmt).eval()
+    x = torch.randn(batch, 3, size, size).to(device, memory_format=fmt)
+    with torch.inference_mode():
+        for _ in range(10):
+            with autocast():
+                model(x)
+        sync()
+        rates, end = [], time.time() + seconds
+        while time.time() < end:
+            start = time.perf_counter()
+            for _ in range(20):
+                with autocast():
+                    model(x)
+            sync()
+            rates.append(batch * 20 / (time.perf_counter() - start))
+    print(json.dumps({"samples_per_s": statistics.median(rates)}))
+    """
+)
+SERVE_CNN = {
+    "scenario": "Offline",
+    "sut": "builtin-cnn",
+    "cnn_model": "resnet50",
+    "image_size": 224,
+    "batch_size": 64,
+    "precision": "bf16",
+    "memory_format": "channels_last",
+    "sample_count": 1024,
+    "concurrency": 4,
+    "min_duration": "10s",
+    "threads": 0,
+}
+SERVE_CNN_CPU = {
+    "cnn_model": "small",
+    "image_size": 32,
+    "batch_size": 8,
+    "sample_count": 64,
+    "min_duration": "2s",
+}
 
 
 # GPT-2 small's shape (124 M parameters), bf16: about 14 TFLOP per training step of 16 × 1024 tokens,
@@ -248,6 +308,63 @@ def plain(n: int, dtype: str, seconds: float, device: str) -> float:
     return float(json.loads(out.strip().splitlines()[-1])["tflops"])
 
 
+def plain_cnn(params: dict[str, Any], seconds: float) -> float:
+    """The plain inference loop's samples/s (PLAIN_CNN) for the serve spec's model, batch and precision."""
+    argv = [params[k] for k in ("cnn_model", "batch_size", "image_size", "precision", "memory_format")]
+    out = subprocess.run(
+        [sys.executable, "-c", PLAIN_CNN, *map(str, argv), str(seconds), str(params["device"])],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+    return float(json.loads(out.strip().splitlines()[-1])["samples_per_s"])
+
+
+def serve_qps(storage: Path) -> list[float | None]:
+    """Per run of a serve spec: LoadGen's achieved samples/s (`derived.achieved_qps`), None if absent."""
+    found: list[float | None] = []
+    for path in sorted(storage.glob("experiments/*/trials/*/runs/*/master-0.json")):
+        value = (json.loads(path.read_text()).get("derived") or {}).get("achieved_qps")
+        found.append(float(value) if isinstance(value, int | float) else None)
+    return found
+
+
+def serve_line(folder: Path, device: str, rounds: int, quiet: list[dict[str, Any]]) -> tuple[str, str, bool]:
+    """serve builtin-cnn (LoadGen Offline) against a plain loop of the same model, interleaved A B A B:
+    the median of the paired ratios of samples/s. LoadGen's expected QPS is the plain loop's figure of the
+    same round, so its one query lasts about min_duration."""
+    params: dict[str, Any] = {**SERVE_CNN, "device": device}
+    if device == "cpu":
+        params.update(SERVE_CNN_CPU)
+    ratios, pairs = [], []
+    for r in range(rounds):
+        base = plain_cnn(params, 8.0)
+        qps = f"{base:.1f}"
+        name = f"serve-cnn-{r}"
+        storage = kaliper_run(
+            folder,
+            name,
+            spec(
+                name, "serve", {**params, "target_qps": round(base, 1), "expected_qps": qps}, 1, folder / name
+            ),
+        )
+        quiet += runs(storage)
+        got = [q for q in serve_qps(storage) if q is not None]
+        served = got[0] if got else float("nan")
+        pairs.append((base, served))
+        ratios.append(served / base)
+    median = statistics.median(ratios)
+    what = f"{params['cnn_model']} b{params['batch_size']} {params['precision']} {params['memory_format']}"
+    return (
+        f"serve builtin-cnn vs plain loop ({what})",
+        f"{median:.3f} (rounds {', '.join(f'{v:.3f}' for v in ratios)}; samples/s plain / LoadGen: "
+        + ", ".join(f"{b:,.0f} / {s:,.0f}" for b, s in pairs)
+        + ")",
+        all(math.isfinite(v) for v in ratios) and median >= 0.98,
+    )
+
+
 def telemetry_ok(run: dict[str, Any]) -> bool:
     gpu, gpus = run["gpu"], run["gpus"]
     return bool(
@@ -265,7 +382,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repetitions", type=int, default=4)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--skip", default="", help="comma-separated: cnn,transformer,trace,overhead")
+    parser.add_argument("--skip", default="", help="comma-separated: cnn,transformer,trace,serve,overhead")
     parser.add_argument("--size", type=int, default=8192, help="pi-matmul's matrix size")
     parser.add_argument(
         "--device",
@@ -311,6 +428,9 @@ def main() -> int:
                 abs(median - 1) <= 0.02,
             )
         )
+
+    if "serve" not in skip:
+        lines.append(serve_line(folder, args.device, args.rounds, quiet))
 
     if "cnn" not in skip:
         cnn = {

@@ -22,13 +22,12 @@ from typing import TypeAlias
 # as a non-match. Each start that fails at once costs O(1); each run is scanned a bounded number of times.
 _SCHEME = "A-Za-z0-9+.-"
 _NAME = "A-Za-z0-9_-"
-_SECRET_WORDS = (
-    r"(?:token|secret|passw(?:or)?d|api[_-]?key|access[_-]?key|private[_-]?key|credential|signature|auth)"
-)
+# A tokenizer (`tokenizer: tokenizer.json`, the serve workload's) reads text; it is no token.
+_SECRET_WORDS = r"(?:token(?!iz)|secret|passw(?:or)?d|api[_-]?key|access[_-]?key|private[_-]?key|credential|signature|auth)"
 # In free text a plural is prose or a count, not a value (`no credentials: not in a pod`, `max_tokens=512`),
 # and `author=` is no credential (names of variables stay strict: is_secret_name).
 _TEXT_SECRET_WORDS = (
-    r"(?:token(?!s)|secret(?!s)|passw(?:or)?d(?!s)|api[_-]?key(?!s)|access[_-]?key(?!s)"
+    r"(?:token(?!s|iz)|secret(?!s)|passw(?:or)?d(?!s)|api[_-]?key(?!s)|access[_-]?key(?!s)"
     r"|private[_-]?key(?!s)|credential(?!s)|signature(?!s)|auth(?!ors?\b))"
 )
 # Words that follow `field: ` in Kaliper's and pydantic's own messages (`s3.secret: expected a name`,

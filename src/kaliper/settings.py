@@ -35,7 +35,7 @@ tests/unit/settings/test_settings.py holds every other module to it, and these t
 - `kaliper/execution/local_runner.py`: the GPUs a replica may use are those of its environment.
 - `kaliper/execution/local_container.py`: a container's secret and config-map references resolve from
   this environment (credentials never come from the manifest).
-- `kaliper/benchmarks/serve/http_client.py`: an endpoint's API token is read from the variable the spec
+- `kaliper/benchmarks/serve/async_client.py`: an endpoint's API token is read from the variable the spec
   names (`api_key_env`), never from the spec.
 - `kaliper/stacks/pipconfig.py`: `pip config list` runs in this environment.
 - `kaliper/stacks/uvtool.py`: uv runs in this environment.

@@ -1,12 +1,12 @@
 """The serve workload against real local HTTP servers, with real MLPerf LoadGen.
 
 Timing tolerance: the server stamps a request's arrival and each token's send (perf_counter_ns); LoadGen
-stamps the query's scheduled issue and the SUT's FirstTokenComplete/QuerySamplesComplete calls. Both
-clocks have ns resolution, so the difference between the two is not timer resolution but the spans only
-the client sees: LoadGen's issue delay, the request's and the answer's trip over loopback, and thread
-wake-ups. On an idle machine these are ~0.2 ms; this shared 2-core VM can stall a thread for
-milliseconds, so the per-sample difference must be >= -0.5 ms (the server stamps after its write, the
-client may see the bytes first) and its median <= 2 ms, with the delays themselves 5-40 ms.
+stamps the query's scheduled issue and the SUT's FirstTokenComplete/QuerySamplesComplete calls, all on one
+clock (CLOCK_MONOTONIC). The difference is not timer resolution but the spans only the client sees:
+LoadGen's issue delay, the request's and the answer's trip over loopback, and thread wake-ups, which a
+busy machine stretches to milliseconds. So the bounds are relative to that exchange, measured in the same
+run (every other request a reference: test_serve_llm.py explains it), not milliseconds that hold only on a
+quiet machine; a figure is never below the server's, to the clock's resolution.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import median
@@ -27,14 +28,15 @@ from typing import Any
 import psutil
 import pytest
 
-from kaliper.benchmarks.serve.backends import HttpBackend
 from kaliper.benchmarks.serve.config import PARAMS, serve_config
-from kaliper.benchmarks.serve.loadgen_run import run_loadgen
-from kaliper.benchmarks.serve.server_process import http_ready
-from kaliper.benchmarks.serve.workload import _measurement, loadgen_percentile, run
+from kaliper.benchmarks.serve.http_run import HttpOutcome, HttpSession
+from kaliper.benchmarks.serve.recorded import ServeRun, loadgen_percentile, measurement
+from kaliper.benchmarks.serve.workload import run
 from kaliper.errors import WorkloadError
 from kaliper.metrics.sampling import SamplingRule
 from tests.support.paths import REPO
+from tests.support.ports import dead_url_fixture  # noqa: F401 - registers the `dead_url` fixture
+from tests.support.replicas import wait_for
 from tests.support.sse_server import SseServer
 
 pytest.importorskip("mlperf_loadgen")
@@ -52,9 +54,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.serial  # judges timing against a quiet machine
+def requests_received(port: int) -> int:
+    """Requests the demo server on `port` has taken (waiting, generating or answered), by its own count
+    (GET /metrics, vLLM's names); 0 while it does not answer."""
+    names = ("vllm:num_requests_waiting{", "vllm:num_requests_running{", "vllm:request_success_total{")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            text = response.read().decode()
+    except OSError:
+        return 0
+    return round(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(names)))
+
+
+def demo_servers(parent: psutil.Process) -> list[psutil.Process]:
+    """`parent`'s descendants running the demo server (a child may exit while it is looked at)."""
+    found = []
+    for child in parent.children(recursive=True):
+        try:
+            if "demo_server" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
+
+
 def test_ttft_tpot_latency_equal_the_servers_own_timestamps() -> None:
-    with SseServer(first_ms=(20, 40, 30), token_ms=(5, 10), tokens=8) as server:
+    """SingleStream, no warm-up: the k-th LoadGen sample is the server's k-th request. Requests alternate
+    between a reference (first token after 10 ms) and measured ones (30, 50 ms): the reference's own
+    excess over the server gives the loopback exchange the bounds are in."""
+    with SseServer(first_ms=(10, 30, 10, 50), token_ms=(5, 10), tokens=8) as server:
         m = run(
             params(
                 url=server.url,
@@ -63,6 +91,8 @@ def test_ttft_tpot_latency_equal_the_servers_own_timestamps() -> None:
                 min_query_count=24,
                 latency_bound="200ms",
                 concurrency=1,
+                warmup="0",
+                input_tokens="16",
             ),
             RULE,
         )
@@ -70,12 +100,12 @@ def test_ttft_tpot_latency_equal_the_servers_own_timestamps() -> None:
     latency_ns = m.samples.timed_ns
     ttft = m.metrics["ttft"].values
     tpot = m.metrics["tpot"].values
+    assert ttft is not None and tpot is not None
     assert m.derived["loadgen"]["validity"] in (
         "VALID",
         "INVALID",
     )  # LoadGen judged it (small runs may be INVALID)
     assert len(latency_ns) == len(timings) >= 24
-    # SingleStream: one query at a time, so the k-th LoadGen sample is the server's k-th request.
     resolution_ms = time.get_clock_info("perf_counter").resolution * 1e3
     for name, ours, theirs in (
         ("latency", [v / 1e6 for v in latency_ns], [t.latency_ns / 1e6 for t in timings]),
@@ -83,13 +113,14 @@ def test_ttft_tpot_latency_equal_the_servers_own_timestamps() -> None:
     ):
         diffs = [a - b for a, b in zip(ours, theirs, strict=True)]
         # Never below the server's, to the clock's resolution: the server's stamps lie inside the
-        # client's (sse_server). Above it by the transport (send, schedule, parse): a bounded median.
+        # client's (sse_server). Above it by the exchange: the measured requests' median within twice the
+        # reference requests' p90 (a thread woken after a longer idle takes longer to run).
         assert min(diffs) >= -resolution_ms, (name, min(diffs))
-        assert median(diffs) <= 2.0, (name, median(diffs))
-        for p in (0.5, 0.9):
-            assert abs(loadgen_percentile(ours, p) - loadgen_percentile(theirs, p)) <= 2.0, (name, p)
+        exchange = 2 * sorted(diffs[0::2])[int(0.9 * len(diffs[0::2]))]
+        assert median(diffs[1::2]) <= exchange + resolution_ms, (name, median(diffs[1::2]), exchange)
     tpot_diffs = [a - t.tpot_ns / 1e6 for a, t in zip(tpot, timings, strict=True)]
-    assert abs(median(tpot_diffs)) <= 1.0
+    gap_exchange = 2 * sorted(abs(d) for d in tpot_diffs[0::2])[int(0.9 * len(tpot_diffs[0::2]))]
+    assert abs(median(tpot_diffs[1::2])) <= gap_exchange + resolution_ms
     # The per-sample values are LoadGen's: its summary percentiles are taken over exactly these.
     result = m.derived["loadgen"]["result"]
     assert loadgen_percentile(latency_ns, 0.9) == result["result_90.00_percentile_latency_ns"]
@@ -111,10 +142,17 @@ def test_loadgen_invalid_verdict_passes_through_unchanged(tmp_path: Path) -> Non
                 latency_percentile=0.9,
                 min_duration="1s",
                 min_query_count=20,
+                input_tokens="16",
+                metrics_url="none",
             )
         )
-        outcome = run_loadgen(config, HttpBackend(config), log_dir=tmp_path)
-    m = _measurement(config, outcome, HttpBackend(config), datetime.now(UTC), RULE, {})
+        session = HttpSession(config)
+        outcome = HttpOutcome()
+        with session.running():
+            began = datetime.now(UTC)
+            result = session.loadgen(config, outcome, log_dir=tmp_path)
+    served = ServeRun(config, result, outcome, result.trace.latency_ns, began, datetime.now(UTC))
+    m = measurement(served, RULE)
     summary = (tmp_path / "mlperf_log_summary.txt").read_text()
     assert "Result is : INVALID" in summary
     assert m.derived["loadgen"]["validity"] == "INVALID" and m.derived["valid"] is False
@@ -125,15 +163,27 @@ def test_loadgen_invalid_verdict_passes_through_unchanged(tmp_path: Path) -> Non
 
 def test_wrong_response_shape_fails_the_run_with_the_reason() -> None:
     with SseServer(first_ms=(1,), token_ms=(1,), tokens=2, mode="wrong_shape") as server:
-        m = run(params(url=server.url, scenario="SingleStream", min_duration="0s", min_query_count=5), RULE)
+        m = run(
+            params(url=server.url, scenario="SingleStream", min_duration="0s", min_query_count=5, warmup="0"),
+            RULE,
+        )
     assert m.failure is not None and "queries failed" in m.failure and "choices[0].text" in m.failure
 
 
+def test_a_server_that_fails_every_warm_up_request_fails_the_run_before_the_window() -> None:
+    with SseServer(first_ms=(1,), token_ms=(1,), tokens=2, mode="wrong_shape") as server:
+        with pytest.raises(
+            WorkloadError, match=r"every warm-up request failed; the first: .*choices\[0\]\.text"
+        ):
+            run(params(url=server.url, scenario="SingleStream", min_duration="0s", min_query_count=5), RULE)
+        assert server.requests == 8  # the warm-up's, and nothing of a window
+
+
 @pytest.mark.serial  # bounds wall time
-def test_unreachable_server_fails_at_once() -> None:
+def test_unreachable_server_fails_at_once(dead_url: str) -> None:
     began = time.monotonic()
     with pytest.raises(WorkloadError, match="unreachable"):
-        run(params(url=f"http://127.0.0.1:{free_port()}/v1/completions", min_duration="5s"), RULE)
+        run(params(url=f"{dead_url}/v1/completions", min_duration="5s"), RULE)
     assert time.monotonic() - began < 15
 
 
@@ -149,22 +199,24 @@ def _gone(pid: int) -> bool:
 
 
 def test_server_that_dies_mid_run_fails_the_run_and_is_stopped() -> None:
+    """The server is killed once it has taken a query of LoadGen's (no warm-up requests: any request
+    it counts is the test's), so the run is measuring; the run's own minimum duration is then still
+    ahead of it."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1/completions"
+    killed: list[int] = []
 
-    def kill_server_soon() -> None:
-        deadline = time.monotonic() + 30
+    def kill_server_mid_run() -> None:
+        deadline = time.monotonic() + 120  # only ends a test whose server never took a query
         while time.monotonic() < deadline:
-            found = [
-                p for p in psutil.Process().children(recursive=True) if "demo_server" in " ".join(p.cmdline())
-            ]
-            if found and http_ready(f"http://127.0.0.1:{port}/health"):
-                time.sleep(1.0)
+            found = demo_servers(psutil.Process())
+            if found and requests_received(port) > 0:
                 found[0].kill()
+                killed.append(found[0].pid)
                 return
-            time.sleep(0.1)
+            time.sleep(0.02)
 
-    killer = threading.Thread(target=kill_server_soon)
+    killer = threading.Thread(target=kill_server_mid_run)
     killer.start()
     m = run(
         params(
@@ -177,10 +229,12 @@ def test_server_that_dies_mid_run_fails_the_run_and_is_stopped() -> None:
             latency_percentile=0.9,
             min_duration="3s",
             min_query_count=10,
+            warmup="0",
         ),
         RULE,
     )
     killer.join()
+    assert killed, "the server never took a query"
     assert m.failure is not None and "queries failed" in m.failure
     assert _gone(m.derived["server"]["pid"])
 
@@ -206,32 +260,31 @@ def test_a_signal_to_the_workload_stops_the_server_it_started(tmp_path: Path, st
         "scenario=Server",
         "--param",
         "target_qps=5",
+        "--param",
+        "warmup=0",  # every request the server counts is LoadGen's
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
     workload = subprocess.Popen(
         argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    server_pid = None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and server_pid is None:
-        for child in psutil.Process(workload.pid).children(recursive=True):
-            if "demo_server" in " ".join(child.cmdline()):
-                with socket.socket() as s:
-                    if s.connect_ex(("127.0.0.1", port)) == 0:
-                        server_pid = child.pid
-        time.sleep(0.2)
-    assert server_pid is not None, "the server never came up"
-    time.sleep(1.0)  # LoadGen is running
+    found: list[int] = []
+
+    def loadgen_running() -> bool:
+        """The server the workload started has taken a query: LoadGen is mid-test (for 60 s)."""
+        assert workload.poll() is None, workload.communicate()[1].decode(errors="replace")[-3000:]
+        servers = demo_servers(psutil.Process(workload.pid))
+        found[:] = [p.pid for p in servers]
+        return bool(servers) and requests_received(port) > 0
+
+    wait_for(loadgen_running, what="the server to take LoadGen's first query", timeout=120)
+    server_pid = found[0]
     workload.send_signal(stop)
     _, err = workload.communicate(timeout=30)
     # 1: a failed run's status. Not a signal's: LoadGen, still mid-test, once crashed the process
     # (SIGSEGV, its SUT destroyed under it) or aborted it at exit (SIGABRT, its statics destroyed).
     assert workload.returncode == 1, err.decode(errors="replace")[-3000:]
     assert stop.name.encode() in err
-    deadline = time.monotonic() + 10
-    while not _gone(server_pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _gone(server_pid)
+    wait_for(lambda: _gone(server_pid), what=f"the server {server_pid} to be gone", timeout=10)
 
 
 @pytest.mark.parametrize("scenario", ["SingleStream", "MultiStream", "Server", "Offline"])
@@ -257,13 +310,13 @@ def test_every_scenario_gives_loadgens_throughput_and_every_samples_latency(scen
 
 
 def test_kaliper_run_against_an_unreachable_server_fails_the_run_and_writes_the_report(
-    tmp_path: Path, kaliper: Any
+    tmp_path: Path, kaliper: Any, dead_url: str
 ) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         "name: serve-unreachable\n"
         "workload:\n  name: serve\n  framework: numpy\n"
-        f"  params: {{sut: http, url: 'http://127.0.0.1:{free_port()}/v1/completions', min_duration: 1s}}\n"
+        f"  params: {{sut: http, url: '{dead_url}/v1/completions', min_duration: 1s}}\n"
         "repetitions: 1\n"
         "job: {kind: PyTorchJob, replicas: {Master: 1}, image: ghcr.io/kaliper-dev/kaliper-pytorch:0.1.0, timeout: 5m}\n"
         f"storage: file://{tmp_path}/results\n"

@@ -53,12 +53,17 @@ def sweep_answer(points: Sequence[LoadPoint], knee_factor: float = KNEE_FACTOR) 
     return SweepAnswer(highest, knee, knee_factor, baseline)
 
 
+CLOSED_LOOP = "ClosedLoop"  # the serve scenario whose offered load is a number of users, not a rate
+
+
 def point_from_derived(derived: dict[str, object]) -> LoadPoint | None:
-    """The point a `serve` record's `derived` describes (kaliper.benchmarks.serve.workload), or None for
-    a record of another workload or a run without a target (SingleStream, MultiStream); valid when
-    LoadGen said VALID and no query failed."""
+    """The point a `serve` record's `derived` describes (kaliper.benchmarks.serve.recorded), or None for
+    a record of another workload or a run without an offered load (SingleStream, MultiStream); the
+    offered load is the target QPS, or a closed loop's users. Valid when the run's verdict (LoadGen's;
+    a closed loop's own) said VALID and no query failed."""
+    offered = "users" if derived.get("scenario") == CLOSED_LOOP else "target_qps"
     target, achieved, latency = (
-        derived.get(k) for k in ("target_qps", "achieved_qps", "latency_at_percentile_ms")
+        derived.get(k) for k in (offered, "achieved_qps", "latency_at_percentile_ms")
     )
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (target, achieved, latency)):
         return None

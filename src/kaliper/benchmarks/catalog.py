@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kaliper.benchmarks.params import Param, ParamSet, ParamValue
@@ -58,6 +59,26 @@ class WorkloadDef:
     # what the workload's processes need from start-up (trace-replay: glibc malloc as when recorded).
     env: tuple[tuple[str, str], ...] = ()
     framework_only: tuple[FrameworkOnly, ...] = ()
+    # "module:function" reading and checking a trial's input files when the experiment is configured
+    # (serve: a dataset and a tokenizer): (params, spec directory, where, on_cluster) -> {stored name:
+    # bytes} that the experiment keeps for its replicas; its errors stop the spec before anything runs.
+    inputs: str = ""
+    # The parameters a report line names for a trial (serve: those of its SUT and scenario); None: all.
+    shown: Callable[[Mapping[str, ParamValue]], dict[str, ParamValue]] | None = None
+
+    def shown_params(self, params: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
+        return dict(params) if self.shown is None else self.shown(params)
+
+    def configure_inputs(
+        self, params: Mapping[str, ParamValue], base_dir: Path, where: str, on_cluster: bool
+    ) -> dict[str, bytes]:
+        if not self.inputs:
+            return {}
+        module_name, function = self.inputs.split(":")
+        found: dict[str, bytes] = getattr(importlib.import_module(module_name), function)(
+            params, base_dir, where, on_cluster
+        )
+        return found
 
     def check_framework_param(self, framework: str, name: str, value: ParamValue, where: str) -> None:
         """ParameterError naming `where` when `framework` does not implement `name` = `value`."""
@@ -382,7 +403,9 @@ SERVE = WorkloadDef(
         "pytorch": "kaliper.benchmarks.serve.workload:run",
         "numpy": "kaliper.benchmarks.serve.workload:run",
     },
-    version="1",
+    version="2",
+    inputs="kaliper.benchmarks.serve.inputs:configure_inputs",
+    shown=serve_config.shown_params,
 )
 
 WORKLOADS: dict[str, WorkloadDef] = {

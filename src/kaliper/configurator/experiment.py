@@ -56,6 +56,9 @@ class ExperimentPlan:
     experiment: ExperimentDoc
     trials: list[TrialPlan]
     spec_text: str
+    # A workload's input files read beside the spec (a serve dataset, a tokenizer): {stored name: bytes},
+    # kept with the experiment (kaliper.storage.layout.input_key) for its replicas to read.
+    inputs: dict[str, bytes] = field(default_factory=dict)
 
 
 def new_experiment_id(name: str, now: datetime | None = None) -> str:
@@ -126,9 +129,15 @@ def configure(
         documented["interference"] = spec.sampling.interference.document()
 
     pending: list[tuple[int, StackSpec, dict[str, Any], dict[str, Any], dict[str, Any]]] = []
+    definition = get_workload(spec.workload.name) if spec.workload.name is not None else None
+    inputs: dict[str, bytes] = {}
     for index, (stack, point) in enumerate(itertools.product(_stacks(spec), matrix_points(spec.matrix))):
         trial_id = f"t{index:03d}"
         params = _trial_params(spec, point, server_at)
+        if definition is not None and definition.inputs:
+            inputs |= definition.configure_inputs(
+                params, loaded.base_dir, f"{loaded.source}: workload.params", server_at == "cluster"
+            )
         image = stack.image or spec.job.image
         run: dict[str, Any] = {
             "experiment": experiment_id,
@@ -233,7 +242,7 @@ def configure(
         monitoring=spec.monitoring.model_dump(),
         report=spec.report.model_dump(),
     )
-    return ExperimentPlan(experiment=experiment, trials=trials, spec_text=loaded.text)
+    return ExperimentPlan(experiment=experiment, trials=trials, spec_text=loaded.text, inputs=inputs)
 
 
 def _own_job(spec: BenchmarkSpec, rules: str | None) -> dict[str, Any]:
@@ -271,6 +280,7 @@ def write_plan(plan: ExperimentPlan, storage: Storage) -> None:
         )
     )
     storage.put_many(objects)
+    storage.put_many((layout.input_key(exp, name), data) for name, data in sorted(plan.inputs.items()))
     # experiment.json last: its presence means the experiment is fully configured.
     storage.put_json(layout.experiment_key(exp), to_document(plan.experiment))
 

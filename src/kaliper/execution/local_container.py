@@ -17,9 +17,9 @@ from typing import Any
 
 from kaliper.errors import ExecutionError
 from kaliper.execution.operator_env import LOCAL_HOST
+from kaliper.jobs.interpreter import with_python
 from kaliper.jobs.kubeflow import RUNTIME_PATCH_MANAGER, TRAINER_NODE
 
-PYTHON_NAMES = ("python", "python3", "python3.11")
 # torchrun is torch's console script for this module: run with the trial's interpreter, like `python`.
 TORCHRUN = "torchrun"
 TORCHRUN_MODULE = "torch.distributed.run"
@@ -66,21 +66,15 @@ def container_argv(container: dict[str, Any], python: str | None = None) -> list
             if rest[at - 1 : at] == ["kaliper"]:
                 rest = [*rest[:at], *_exec_python(rest[at:], python)]
         return [python, "-m", TORCHRUN_MODULE, *rest]
-    return _with_python(argv, python)
+    return with_python(argv, python)
 
 
 def _exec_python(rest: list[str], python: str) -> list[str]:
     """`exec ... -- python train.py`: the wrapped command's `python` is the trial's interpreter too."""
     if rest[:1] == ["exec"] and "--" in rest:
         at = rest.index("--") + 1
-        return [*rest[:at], *_with_python(rest[at:], python)]
+        return [*rest[:at], *with_python(rest[at:], python)]
     return rest
-
-
-def _with_python(argv: list[str], python: str) -> list[str]:
-    if argv and argv[0] in PYTHON_NAMES:
-        return [python, *argv[1:]]
-    return argv
 
 
 def stack_process_env(env: dict[str, str], python: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from kaliper.benchmarks.catalog import WORKLOADS, get_workload
 from kaliper.reporter.aggregate import RunResult, TrialResult
 from kaliper.results.load_view import SERVE_WORKLOAD  # the workload whose samples LoadGen takes
 
@@ -128,6 +129,14 @@ def workload_label(workload: dict[str, Any]) -> str:
     return str(workload.get("template") or "custom")
 
 
+def params_text(workload: dict[str, Any], params: dict[str, Any]) -> str:
+    """A trial's parameters as its report line names them: those its workload uses (a built-in CNN's
+    serve trial names no url), `k=v, ...`."""
+    name = workload.get("name")
+    shown = get_workload(name).shown_params(params) if name in WORKLOADS else params
+    return ", ".join(f"{k}={v}" for k, v in shown.items())
+
+
 def _serve_sampling_text(workload: dict[str, Any], trials: Sequence[TrialResult]) -> str:
     """How a serve run's samples were taken: LoadGen's scenario and settings decide, not the sampling rule.
     The settings as the trials ran them (several values where the matrix sweeps one)."""
@@ -142,9 +151,11 @@ def _serve_sampling_text(workload: dict[str, Any], trials: Sequence[TrialResult]
         "Samples per run: LoadGen decides how many queries a run sends and for how long, not Kaliper's "
         f"sampling rule (the spec's sampling section is not used): scenario {values('scenario')}, at least "
         f"min_duration {values('min_duration')} and min_query_count {values('min_query_count')} queries, at "
-        f"most max_duration {values('max_duration')} (0s: no limit). Every query's latency (completion − "
-        "scheduled issue, from LoadGen's trace) is a sample, with no warm-up (a LoadGen performance run has "
-        "none); LoadGen's verdict is the run's: an INVALID run is a failed one."
+        f"most max_duration {values('max_duration')} (0s: no limit); ClosedLoop runs are Kaliper's own, "
+        "with the same minimums. Every measured query's latency (completion − scheduled issue, from LoadGen's "
+        f"trace; ClosedLoop: last byte − sent) is a sample. Warm-up ({values('warmup')}: requests answered "
+        "before the window, or the built-in model's passes at every batch size) is in no sample and no "
+        "figure; LoadGen's verdict is the run's: an INVALID run is a failed one."
     )
 
 

@@ -22,7 +22,14 @@ from typing import Any, Final, Literal
 from kaliper import settings
 from kaliper._version import __version__
 from kaliper.errors import InputError, KaliperError, StorageError
-from kaliper.jobs.kubeflow import NODE, canonical_replica_type, replica_id, replicas_of, run_status
+from kaliper.jobs.kubeflow import (
+    NODE,
+    canonical_replica_type,
+    replica_id,
+    replica_name,
+    replicas_of,
+    run_status,
+)
 from kaliper.results.documents import LaunchDoc, TrialDoc
 from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import RecordIds, ResultRecord, Timestamps, WorkloadInfo, load_record
@@ -177,6 +184,29 @@ def stand_in_records(
     return records
 
 
+def _replica_storage(storage_url: str) -> tuple[Storage, SpoolingStorage | None]:
+    """The storage a replica writes to: journaled in the local spool first under a local run."""
+    storage: Storage = open_storage(storage_url)
+    if settings.current()[settings.SPOOL_DIR]:
+        spooling = SpoolingStorage(storage, Spool(spool_root(), storage_url))
+        return spooling, spooling
+    return storage, None
+
+
+def store_run_file(identity: RunIdentity, name: str, data: bytes) -> str | None:
+    """A file a workload keeps beside its record (layout.serve_key: what a serve run sent and saw),
+    written whole like the record and through the spool under a local run; None without storage (the
+    record goes to stdout then, and a side file nowhere). A storage failure is the caller's to report:
+    the record, stored after, is what must not be lost."""
+    if identity.storage is None:
+        return None
+    storage, _spooling = _replica_storage(identity.storage)
+    replica = replica_name(identity.replica_type, identity.replica_index)
+    key = layout.serve_key(identity.experiment, identity.trial, identity.repetition, replica, name)
+    storage.put(key, data)
+    return storage.location(key)
+
+
 def record_key(record: ResultRecord) -> str:
     ids = record.ids
     return layout.record_key(ids.experiment, ids.trial, ids.repetition, ids.replica_type, ids.replica_index)
@@ -219,11 +249,7 @@ def store_record(record: ResultRecord, storage_url: str | None) -> str:
     if storage_url is None:
         sys.stdout.write(data.decode())
         return "stdout"
-    storage: Storage = open_storage(storage_url)
-    spooling = None
-    if settings.current()[settings.SPOOL_DIR]:
-        spooling = SpoolingStorage(storage, Spool(spool_root(), storage_url))
-        storage = spooling
+    storage, spooling = _replica_storage(storage_url)
     key = record_key(record)
     try:
         storage.put(key, data)

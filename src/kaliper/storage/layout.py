@@ -103,6 +103,23 @@ def trace_file_key(trace_id: str, name: str) -> str:
     return f"{trace_prefix(trace_id)}/{name}"
 
 
+SERVE_FOLDER = "serve"
+INPUTS_FOLDER = "inputs"
+
+
+def serve_key(experiment: str, trial: str, repetition: int, replica: str, name: str) -> str:
+    """What a serve run sent and saw, beside its record: `<replica>.inputs.jsonl` (every request as sent,
+    warm-up marked) and `<replica>.queries.jsonl` (each query's timeline: issue, connection, every token)."""
+    return f"{run_prefix(experiment, trial, repetition)}/{SERVE_FOLDER}/{replica}.{name}"
+
+
+def input_key(experiment: str, path: str) -> str:
+    """A workload's input file (a serve dataset, a tokenizer) as `kaliper run` found it beside the spec,
+    kept with the experiment: the replicas read it from here, and the experiment says what it was given.
+    `path` is the spec's relative path, normalised (no `..`: the configurator refuses those)."""
+    return f"{experiment_prefix(experiment)}/{INPUTS_FOLDER}/{path}"
+
+
 def log_key(experiment: str, trial: str, repetition: int, replica: str, stream: str) -> str:
     return f"{run_prefix(experiment, trial, repetition)}/logs/{replica}.{stream}.log"
 

@@ -5,7 +5,7 @@ file keeps each run's point; the method line says LoadGen decides a serve run's 
 other workloads.
 
 The experiment is configured from a serve spec by the configurator (target QPS × a hostile `model` name as
-the matrix); each record is what the serve workload makes of a LoadGen outcome (its `_measurement`, given
+the matrix); each record is what the serve workload makes of a LoadGen outcome (its `measurement`, given
 LoadGen's result keys and per-sample latencies and TTFTs chosen here) through the runtime's `build_record`.
 """
 
@@ -26,7 +26,7 @@ from kaliper.benchmarks.serve.backends import NullBackend
 from kaliper.benchmarks.serve.config import serve_config
 from kaliper.benchmarks.serve.loadgen_logs import LoadGenLog, TraceSamples
 from kaliper.benchmarks.serve.loadgen_run import Dispatch, LoadGenOutcome
-from kaliper.benchmarks.serve.workload import _measurement
+from kaliper.benchmarks.serve.recorded import ServeRun, measurement
 from kaliper.jobs.kubeflow import primary_replica
 from kaliper.metrics.sampling import SamplingRule
 from kaliper.reporter import write_report
@@ -114,17 +114,20 @@ def stored(root: Path) -> tuple[Storage, str]:
         for number, trial in enumerate(plan.trials):
             params = trial.doc.params
             achieved, p90, validity, failed = POINTS[(params["model"], int(params["target_qps"]))]
-            measurement = _measurement(
+            outcome = _outcome(achieved, p90, validity, failed)
+            started = exp.created + timedelta(seconds=2 * number)
+            served = ServeRun(
                 serve_config(params),
-                _outcome(achieved, p90, validity, failed),
-                NullBackend(),
-                exp.created + timedelta(seconds=2 * number),
-                rule,
-                {},
+                outcome,
+                None,
+                outcome.trace.latency_ns,
+                started,
+                started + timedelta(seconds=1),
             )
+            measured = measurement(served, rule, NullBackend())
             rtype, index = primary_replica(trial.doc.job.kind, trial.doc.job.replicas)
             identity = runtime.RunIdentity(exp.id, trial.doc.id, 0, rtype, index, exp.storage, None)
-            record = runtime.build_record(identity, "serve", "numpy", params, rule, measurement)
+            record = runtime.build_record(identity, "serve", "numpy", params, rule, measured)
             records.append((layout.record_key(exp.id, trial.doc.id, 0, rtype, index), record.to_json_bytes()))
     write_experiment(storage, plan, records)
     return storage, exp.id

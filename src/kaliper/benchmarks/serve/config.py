@@ -1,137 +1,28 @@
-"""The `serve` workload's parameters, and the checks across them, without importing LoadGen or torch.
-
-Parameters are flat scalars (kaliper.benchmarks.params takes no nested values), so the system under
-test is chosen by `sut` and its settings are named after it (`url`, `command`, `api`, ...). Times are
-written with a unit (`100ms`, `10s`, `500us`), because LoadGen's bounds span microseconds to minutes.
+"""The `serve` workload's configuration as a run uses it (`ServeConfig`: times in ns, the command as argv),
+and the checks across its parameters (kaliper.benchmarks.serve.params declares them), without importing
+LoadGen or torch.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from kaliper.benchmarks.params import Param, ParamSet, ParamValue
+from kaliper.benchmarks.params import ParamSet, ParamValue
+from kaliper.benchmarks.serve.params import (
+    DECLARED,
+    LOADGEN_SCENARIOS,
+    MIX_PARAMS,
+    SCENARIOS,
+    TIME_FORMS,
+    shown_params,
+    time_ns,
+)
 from kaliper.errors import ParameterError
 
-SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
-SUTS = ("builtin-cnn", "builtin-transformer", "http", "null")
-APIS = ("openai-completions", "openai-chat", "json")
-_TIME = re.compile(r"\s*(\d{1,15}(?:\.\d{1,15})?)\s*(ns|us|ms|s|m|h)\s*")
-_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
-TIME_FORMS = "a time with its unit, such as 500us, 100ms, 10s or 2m"
-
-
-def time_ns(text: str, where: str) -> int:
-    """Nanoseconds from `100ms`; ParameterError naming `where` otherwise (a bare number has no unit)."""
-    match = _TIME.fullmatch(text)
-    if not match:
-        raise ParameterError(f"{where}: expected {TIME_FORMS}, found {text!r}")
-    return round(float(match.group(1)) * _NS[match.group(2)])
-
-
-PARAMS = ParamSet(
-    (
-        Param("scenario", str, "Server", "LoadGen scenario", choices=SCENARIOS),
-        Param(
-            "target_qps",
-            float,
-            10.0,
-            "Server: the Poisson arrival rate (server_target_qps); Offline: the expected QPS LoadGen sizes "
-            "the query by (offline_expected_qps)",
-            minimum=0.001,
-        ),
-        Param(
-            "latency_percentile",
-            float,
-            0.99,
-            "the percentile the latency bound applies to (Server, MultiStream; SingleStream's reported one)",
-            minimum=0.5,
-            maximum=0.9999,
-        ),
-        Param(
-            "latency_bound",
-            str,
-            "100ms",
-            "Server: the bound at latency_percentile (server_target_latency_ns) that decides VALID; "
-            "SingleStream/MultiStream: the expected latency LoadGen plans with",
-        ),
-        Param("min_duration", str, "10s", "LoadGen min_duration: the run lasts at least this long"),
-        Param("max_duration", str, "0s", "LoadGen max_duration; 0s = no limit"),
-        Param("min_query_count", int, 100, "LoadGen min_query_count", minimum=1),
-        Param("samples_per_query", int, 8, "MultiStream: samples per query", minimum=1),
-        Param(
-            "seed",
-            int,
-            0,
-            "LoadGen's qsl, sample index and schedule RNG seeds (one value for all three)",
-            minimum=0,
-        ),
-        Param("sample_count", int, 64, "distinct inputs in the query sample library", minimum=1),
-        Param(
-            "concurrency",
-            int,
-            4,
-            "SUT worker threads: requests (or batches) in flight at once",
-            minimum=1,
-            maximum=1024,
-        ),
-        Param("sut", str, "builtin-cnn", "the system under test", choices=SUTS),
-        Param("url", str, "", "http: the endpoint, e.g. http://127.0.0.1:8000/v1/completions"),
-        Param(
-            "command",
-            str,
-            "",
-            "http: the server to start (words split as a shell would, run without a shell, in its own "
-            "process group, always stopped); empty = a server already running at `url`",
-        ),
-        Param(
-            "ready_url",
-            str,
-            "",
-            "http with `command`: ready when GET returns 2xx; empty = when `url`'s port accepts a connection",
-        ),
-        Param(
-            "startup_deadline", str, "60s", "http with `command`: how long the server may take to be ready"
-        ),
-        Param("api", str, "openai-completions", "http: the request and response shape", choices=APIS),
-        Param("model", str, "", "http (openai): the `model` field of each request"),
-        Param(
-            "max_tokens",
-            int,
-            16,
-            "http (openai), builtin-transformer: tokens to generate per request",
-            minimum=1,
-        ),
-        Param("stream", bool, True, "http (openai): stream the answer (SSE), measuring TTFT and TPOT"),
-        Param("prompt", str, "Tell me about benchmarks.", "http: the prompt (openai) of every request"),
-        Param("payload", str, "", 'http (json): the JSON body POSTed as is; empty = {"input": prompt}'),
-        Param("api_key_env", str, "", "http: the environment variable holding a bearer token (never logged)"),
-        Param("request_timeout", str, "60s", "http: a request's deadline; past it the query fails"),
-        Param("ttft_slo", str, "", "goodput: time to first token bound (e.g. 200ms); empty = none"),
-        Param("tpot_slo", str, "", "goodput: time per output token bound (e.g. 50ms); empty = none"),
-        Param(
-            "cnn_model",
-            str,
-            "small",
-            "builtin-cnn: resnet50, or small (a 4-block ResNet)",
-            choices=("resnet50", "small"),
-        ),
-        Param("image_size", int, 64, "builtin-cnn: input height and width", minimum=32),
-        Param(
-            "batch_size",
-            int,
-            8,
-            "builtin: most samples one forward pass takes (Offline, MultiStream)",
-            minimum=1,
-        ),
-        Param("device", str, "cpu", "builtin: where the model runs", choices=("cpu", "cuda")),
-        Param("threads", int, 0, "builtin: intra-op threads; 0 = the CPUs this process may use", minimum=0),
-    ),
-    checks=(lambda params, where: check(params, where),),
-)
+__all__ = ["PARAMS", "SCENARIOS", "ServeConfig", "check", "serve_config", "shown_params", "time_ns"]
 
 
 @dataclass(frozen=True)
@@ -169,6 +60,33 @@ class ServeConfig:
     batch_size: int
     device: str
     threads: int
+    # the request mix (http): raw as written; kaliper.benchmarks.serve.mix parses and checks them
+    dataset: str = ""
+    dataset_format: str = "auto"
+    dataset_repeat: bool = False
+    input_tokens: str = ""
+    output_tokens: str = ""
+    shared_prefix_tokens: int = 0
+    tokenizer: str = ""
+    context_length: int = 0
+    exact_output: bool = True
+    # the run's shape
+    warmup_queries: int = 0
+    warmup_ns: int = 0
+    expected_qps: float | None = None  # Offline: None = calibrate
+    capacity_search: bool = False
+    search_tolerance: float = 0.05
+    max_probes: int = 12
+    metrics_url: str = ""  # "" = the server's /metrics if it answers, "none" = off
+    # built-in models
+    precision: str = "fp32"
+    memory_format: str = "contiguous"
+    compile: str = "none"
+
+    @property
+    def loadgen(self) -> bool:
+        """LoadGen decides the schedule (its four scenarios); ClosedLoop is Kaliper's own."""
+        return self.scenario in LOADGEN_SCENARIOS
 
     @property
     def token_latencies(self) -> bool:
@@ -214,8 +132,19 @@ def serve_config(params: Mapping[str, ParamValue], where: str = "params") -> Ser
             json.loads(str(p["payload"]))
         except ValueError as exc:
             raise ParameterError(f"{where}.payload: expected JSON text ({exc})") from None
+    scenario = str(p["scenario"])
+    for name in MIX_PARAMS:
+        if sut != "http" and p[name] != PARAMS.get(name).default:  # type: ignore[union-attr]
+            raise ParameterError(f"{where}.{name}: only used with sut http, found sut {sut}")
+    if scenario == "ClosedLoop" and sut != "http":
+        raise ParameterError(f"{where}.scenario: ClosedLoop sends to a server (sut http), found sut {sut}")
+    if p["capacity_search"] and scenario != "Server":
+        raise ParameterError(
+            f"{where}.capacity_search: searches the Server scenario's target QPS, found scenario {scenario}"
+        )
+    warmup_queries, warmup_ns = _warmup(str(p["warmup"]), f"{where}.warmup")
     config = ServeConfig(
-        scenario=str(p["scenario"]),
+        scenario=scenario,
         target_qps=float(p["target_qps"]),
         latency_percentile=float(p["latency_percentile"]),
         latency_bound_ns=time_ns(str(p["latency_bound"]), f"{where}.latency_bound"),
@@ -246,7 +175,30 @@ def serve_config(params: Mapping[str, ParamValue], where: str = "params") -> Ser
         batch_size=int(p["batch_size"]),
         device=str(p["device"]),
         threads=int(p["threads"]),
+        dataset=str(p["dataset"]),
+        dataset_format=str(p["dataset_format"]),
+        dataset_repeat=bool(p["dataset_repeat"]),
+        input_tokens=str(p["input_tokens"]),
+        output_tokens=str(p["output_tokens"]),
+        shared_prefix_tokens=int(p["shared_prefix_tokens"]),
+        tokenizer=str(p["tokenizer"]),
+        context_length=int(p["context_length"]),
+        exact_output=bool(p["exact_output"]),
+        warmup_queries=warmup_queries,
+        warmup_ns=warmup_ns,
+        expected_qps=_expected_qps(str(p["expected_qps"]), f"{where}.expected_qps"),
+        capacity_search=bool(p["capacity_search"]),
+        search_tolerance=float(p["search_tolerance"]),
+        max_probes=int(p["max_probes"]),
+        metrics_url=_metrics_url(str(p["metrics_url"]), f"{where}.metrics_url"),
+        precision=str(p["precision"]),
+        memory_format=str(p["memory_format"]),
+        compile=str(p["compile"]),
     )
+    if config.precision == "fp16" and config.device == "cpu" and sut.startswith("builtin"):
+        raise ParameterError(
+            f"{where}.precision: fp16 runs on device cuda only (on a CPU use bf16 or fp32); found device cpu"
+        )
     if config.latency_bound_ns <= 0:
         raise ParameterError(f"{where}.latency_bound: expected a bound above 0")
     if (config.ttft_slo_ns or config.tpot_slo_ns) and not config.token_latencies:
@@ -257,6 +209,46 @@ def serve_config(params: Mapping[str, ParamValue], where: str = "params") -> Ser
     return config
 
 
+# What only a request mix sent over HTTP uses: refused with another SUT, and left out of its report lines.
+def _warmup(text: str, where: str) -> tuple[int, int]:
+    """(queries, ns) from `8` (a count), `5s` (a duration) or `0` (none)."""
+    stripped = text.strip()
+    if stripped.isdigit():
+        count = int(stripped)
+        if count > 1_000_000:
+            raise ParameterError(f"{where}: expected at most 1000000 warm-up requests, found {count}")
+        return count, 0
+    try:
+        return 0, time_ns(stripped, where)
+    except ParameterError:
+        raise ParameterError(
+            f"{where}: expected a count of requests (8), a duration ({TIME_FORMS}) or 0, found {text!r}"
+        ) from None
+
+
+def _expected_qps(text: str, where: str) -> float | None:
+    if text.strip() == "auto":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e9:
+        raise ParameterError(
+            f"{where}: expected auto or a number of queries per second above 0, found {text!r}"
+        )
+    return value
+
+
+def _metrics_url(text: str, where: str) -> str:
+    if text in ("", "none"):
+        return text
+    return _http_url(text, where)
+
+
 def check(params: Mapping[str, ParamValue], where: str) -> None:
     """PARAMS' rule between parameters (ParamSet.checks): a trial fails before anything runs (exit 2)."""
     serve_config(params, where)
+
+
+PARAMS = ParamSet(DECLARED, checks=(check,))

@@ -1,16 +1,17 @@
-"""Drive MLPerf LoadGen against a backend: its TestSettings from the spec, a SUT that hands LoadGen's
-queries to worker threads, and LoadGen's own logs read back.
+"""Drive MLPerf LoadGen: its TestSettings from the spec, a SUT that hands LoadGen's queries to what
+answers them, and LoadGen's own logs read back.
 
 LoadGen alone decides when queries are issued (its scenario and schedule), how many, and whether the
 run is VALID; Kaliper only answers them. The SUT:
 - `issue_queries` (LoadGen's thread) numbers each sample in arrival order, which is LoadGen's
-  sample_seq (LoadGen issues from one thread, in sequence), and queues it; it never blocks;
-- `concurrency` workers take a sample (and up to `batch_size - 1` more already waiting: an in-process
-  model answers them in one forward pass), call the backend and report each answer to LoadGen, with
-  FirstTokenComplete at the first token when LoadGen measures token latencies;
-- a backend error completes the sample anyway (LoadGen waits for every sample it issued) and marks the
-  run failed; after the first error the rest are completed at once without calling the backend, so a
-  dead server ends the run in LoadGen's minimum duration, not in timeouts.
+  sample_seq (LoadGen issues from one thread, in sequence), and hands it to a dispatcher; it never blocks;
+- an in-process model is answered by `ThreadDispatcher`: `concurrency` workers take a sample (and up to
+  `batch_size - 1` more already waiting: one forward pass), call the backend and report each answer to
+  LoadGen, with FirstTokenComplete at the first token when LoadGen measures token latencies; a server is
+  answered by the asynchronous HTTP client (kaliper.benchmarks.serve.http_run);
+- an error completes the sample anyway (LoadGen waits for every sample it issued) and marks the run
+  failed; after the first error the rest are completed at once without sending them, so a dead server
+  ends the run in LoadGen's minimum duration, not in timeouts.
 
 LoadGen runs in a thread of its own so that the main thread stays responsive to SIGTERM/SIGINT (it is
 blocked in C++ otherwise, and a stopped workload must still stop the server it started).
@@ -50,7 +51,9 @@ class Backend(Protocol):
 
 
 @dataclass
-class _Issued:
+class Issued:
+    """One sample LoadGen issued: `seq` numbers samples in issue order (LoadGen's sample_seq)."""
+
     seq: int
     query_id: int
     index: int
@@ -65,6 +68,24 @@ class Dispatch:
     failed: int = 0
     issued: int = 0
 
+    def fail(self, count: int, error: str) -> None:
+        self.failed += count
+        if self.first_error is None:
+            self.first_error = error
+
+
+class Dispatcher(Protocol):
+    """Answers what LoadGen issues. `issue` runs on LoadGen's thread and must not block; the answers go
+    back through LoadGen's QuerySamplesComplete (and FirstTokenComplete), from any thread."""
+
+    state: Dispatch
+
+    def issue(self, items: list[Issued]) -> None: ...
+
+    def close(self) -> None:
+        """The test is over (or abandoned): stop whatever answers, without waiting for LoadGen."""
+        ...
+
 
 @dataclass(frozen=True)
 class LoadGenOutcome:
@@ -73,6 +94,80 @@ class LoadGenOutcome:
     dispatch: Dispatch
     settings: dict[str, Any]
     summary_text: str
+
+
+class ThreadDispatcher:
+    """`concurrency` worker threads answering with an in-process backend: a worker takes a sample and up
+    to `batch_size - 1` more already waiting (one forward pass), calls the backend and completes them.
+    A backend error completes the sample anyway (LoadGen waits for every sample it issued) and marks the
+    run failed; after the first error the rest are completed at once without calling the backend."""
+
+    def __init__(self, lg: Any, backend: Backend, concurrency: int, token_latencies: bool) -> None:
+        self.lg, self.backend, self.token_latencies = lg, backend, token_latencies
+        self.state = Dispatch()
+        self.work: queue.Queue[Issued | None] = queue.Queue()
+        self.lock = threading.Lock()
+        self.workers = [
+            threading.Thread(target=self._worker, daemon=True, name=f"sut-{i}") for i in range(concurrency)
+        ]
+        for thread in self.workers:
+            thread.start()
+
+    def issue(self, items: list[Issued]) -> None:
+        for item in items:
+            self.work.put(item)
+
+    def close(self) -> None:
+        for _ in self.workers:
+            self.work.put(None)
+        for thread in self.workers:
+            thread.join(timeout=5)
+
+    def _answer(self, batch: list[Issued]) -> None:
+        lg, state = self.lg, self.state
+        first_sent: set[int] = set()
+
+        def first_token(position: int) -> None:
+            if self.token_latencies and position not in first_sent:
+                first_sent.add(position)
+                lg.FirstTokenComplete([lg.QuerySampleResponse(batch[position].query_id, 0, 0)])
+
+        tokens = [0] * len(batch)
+        if state.first_error is None:
+            try:
+                tokens = self.backend.process([item.index for item in batch], first_token)
+            except Exception as exc:
+                with self.lock:
+                    state.fail(len(batch), f"{type(exc).__name__}: {exc}")
+        else:
+            with self.lock:
+                state.failed += len(batch)
+        for position, item in enumerate(batch):
+            first_token(position)
+            state.tokens[item.seq] = tokens[position]
+        lg.QuerySamplesComplete(
+            [lg.QuerySampleResponse(item.query_id, 0, 0, tokens[i]) for i, item in enumerate(batch)]
+        )
+
+    def _worker(self) -> None:
+        try:
+            while True:
+                item = self.work.get()
+                if item is None:
+                    return
+                batch = [item]
+                while len(batch) < self.backend.batch_size:
+                    try:
+                        more = self.work.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        self.work.put(None)
+                        break
+                    batch.append(more)
+                self._answer(batch)
+        finally:
+            self.backend.worker_done()
 
 
 def _settings(lg: Any, config: ServeConfig) -> tuple[Any, dict[str, Any]]:
@@ -97,7 +192,7 @@ def _settings(lg: Any, config: ServeConfig) -> tuple[Any, dict[str, Any]]:
             "server_target_latency_percentile": config.latency_percentile,
         }
     elif config.scenario == "Offline":
-        chosen |= {"offline_expected_qps": config.target_qps}
+        chosen |= {"offline_expected_qps": config.expected_qps or config.target_qps}
     elif config.scenario == "SingleStream":
         chosen |= {
             "single_stream_expected_latency_ns": config.latency_bound_ns,
@@ -133,74 +228,31 @@ def _leave_without_loadgen(finished: threading.Event) -> None:
     os._exit(1)
 
 
-def run_loadgen(config: ServeConfig, backend: Backend, log_dir: Path | None = None) -> LoadGenOutcome:
-    """One LoadGen test against `backend`; LoadGen's verdict and each sample's latency."""
+def run_loadgen(
+    config: ServeConfig,
+    backend: Backend | None = None,
+    log_dir: Path | None = None,
+    dispatcher: Callable[[Any], Dispatcher] | None = None,
+) -> LoadGenOutcome:
+    """One LoadGen test: LoadGen's verdict and each sample's latency. What answers is `backend` (in
+    this process, on worker threads) or what `dispatcher(lg)` makes (the HTTP client)."""
     import mlperf_loadgen as lg
 
     ts, chosen = _settings(lg, config)
-    state = Dispatch()
-    work: queue.Queue[_Issued | None] = queue.Queue()
+    if dispatcher is not None:
+        sut_side = dispatcher(lg)
+    else:
+        assert backend is not None, "run_loadgen needs a backend or a dispatcher"
+        sut_side = ThreadDispatcher(lg, backend, config.concurrency, config.token_latencies)
+    state = sut_side.state
     lock = threading.Lock()
-    token_latencies = config.token_latencies
 
     def issue_queries(samples: list[Any]) -> None:
         with lock:
-            for sample in samples:
-                work.put(_Issued(state.issued, int(sample.id), int(sample.index)))
-                state.issued += 1
+            items = [Issued(state.issued + i, int(s.id), int(s.index)) for i, s in enumerate(samples)]
+            state.issued += len(items)
+        sut_side.issue(items)
 
-    def answer(batch: list[_Issued]) -> None:
-        first_sent: set[int] = set()
-
-        def first_token(position: int) -> None:
-            if token_latencies and position not in first_sent:
-                first_sent.add(position)
-                lg.FirstTokenComplete([lg.QuerySampleResponse(batch[position].query_id, 0, 0)])
-
-        tokens = [0] * len(batch)
-        if state.first_error is None:
-            try:
-                tokens = backend.process([item.index for item in batch], first_token)
-            except Exception as exc:
-                with lock:
-                    state.failed += len(batch)
-                    if state.first_error is None:
-                        state.first_error = f"{type(exc).__name__}: {exc}"
-        else:
-            with lock:
-                state.failed += len(batch)
-        for position, item in enumerate(batch):
-            first_token(position)
-            state.tokens[item.seq] = tokens[position]
-        lg.QuerySamplesComplete(
-            [lg.QuerySampleResponse(item.query_id, 0, 0, tokens[i]) for i, item in enumerate(batch)]
-        )
-
-    def worker() -> None:
-        try:
-            while True:
-                item = work.get()
-                if item is None:
-                    return
-                batch = [item]
-                while len(batch) < backend.batch_size:
-                    try:
-                        more = work.get_nowait()
-                    except queue.Empty:
-                        break
-                    if more is None:
-                        work.put(None)
-                        break
-                    batch.append(more)
-                answer(batch)
-        finally:
-            backend.worker_done()
-
-    workers = [
-        threading.Thread(target=worker, daemon=True, name=f"sut-{i}") for i in range(config.concurrency)
-    ]
-    for thread in workers:
-        thread.start()
     sut = lg.ConstructSUT(issue_queries, lambda: None)
     qsl = lg.ConstructQSL(config.sample_count, config.sample_count, lambda s: None, lambda s: None)
     owned = tempfile.TemporaryDirectory(prefix="kaliper-loadgen-") if log_dir is None else None
@@ -239,8 +291,7 @@ def run_loadgen(config: ServeConfig, backend: Backend, log_dir: Path | None = No
         summary_path = out / "mlperf_log_summary.txt"
         summary_text = summary_path.read_text(errors="replace") if summary_path.exists() else ""
     finally:
-        for _ in workers:
-            work.put(None)
+        sut_side.close()
         if finished.is_set():
             lg.DestroyQSL(qsl)
             lg.DestroySUT(sut)
@@ -248,6 +299,4 @@ def run_loadgen(config: ServeConfig, backend: Backend, log_dir: Path | None = No
                 owned.cleanup()
         else:  # interrupted: LoadGen still holds them, and the process is on its way out
             atexit.register(_leave_without_loadgen, finished)
-    for thread in workers:
-        thread.join(timeout=5)
     return LoadGenOutcome(detail, trace, state, chosen, summary_text)

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -29,6 +30,7 @@ from types import FrameType
 from urllib.parse import urlsplit
 
 from kaliper.errors import KaliperError, WorkloadError
+from kaliper.jobs.interpreter import with_python
 
 GRACE_S = 5.0
 LOG_TAIL = 2000
@@ -83,7 +85,9 @@ class ServerProcess:
     errors: a server that fails to start says why there)."""
 
     def __init__(self, argv: Sequence[str], log_path: Path, grace_s: float = GRACE_S) -> None:
-        self.argv = list(argv)
+        # `python` is the interpreter running this workload (kaliper.jobs.interpreter), as in a local
+        # job's own command: the demo server starts whether or not a virtual environment is activated.
+        self.argv = with_python(list(argv), sys.executable)
         self.log_path = log_path
         self.grace_s = grace_s
         self._log = log_path.open("wb")

@@ -1,77 +1,72 @@
-"""`serve`: MLPerf LoadGen's scenarios against a built-in model or an inference server.
+"""`serve`: MLPerf LoadGen's scenarios (or Kaliper's closed loop) against a built-in model or an
+inference server over HTTP. What the record holds: kaliper.benchmarks.serve.recorded.
 
-What the record holds:
-- samples (timed, ns) and the `latency` metric: LoadGen's own latency of every sample (completion
-  minus scheduled issue time, from its trace, in sample_seq order); no warm-up (LoadGen has none in a
-  performance run). The spec's `sampling` rule does not apply: LoadGen's min_duration/min_query_count
-  decide how many samples there are.
-- with token latencies (a streamed OpenAI answer): `ttft` = LoadGen's time to first token per sample,
-  `tpot` = (latency − ttft) / (output tokens − 1), LoadGen's definition (its summary's TPOT percentiles
-  are taken over exactly these values); tpot is left out when an answer had fewer than 2 tokens (the
-  figure is undefined; LoadGen then prints garbage).
-- derived: LoadGen's verdict (VALID/INVALID and its reasons), its result figures and the settings it ran
-  with; achieved_qps (LoadGen's completed samples per second), the latency at the bound's percentile,
-  the bound; for token runs output tokens/s (LoadGen's) and goodput (below).
-- status: failed when LoadGen says INVALID (error: its reasons) or when any query failed (error: how
-  many, and the first failure); the samples stay in the record.
-
-Goodput: requests per second that met every SLO given (ttft ≤ ttft_slo, tpot ≤ tpot_slo) = that count /
-the run's duration, the duration being LoadGen's query count / its completed samples per second.
+A run, in order: the server is started when the spec gives its command (always stopped after); the
+built-in model warms up at every batch size it will see, or warm-up requests go to the server
+(`warmup`: kept out of every figure); Offline's expected QPS is measured when the spec leaves it
+(`expected_qps: auto`); then the measured window: one LoadGen test, a closed loop of `concurrency`
+users, or a capacity search (kaliper.analysis.capacity: a LoadGen test per probe, every probe kept in
+the record). What was sent and each query's timeline are stored beside the record
+(kaliper.storage.layout.serve_key).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
+import dataclasses
+import json
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kaliper.analysis.statistics import relative_ci_width
-from kaliper.benchmarks.measurement import Measurement, MetricDef
+from kaliper.analysis.capacity import Probe, capacity_answer, next_target
+from kaliper.analysis.client_bound import ClientDelays, judge_client
+from kaliper.benchmarks.measurement import Measurement
 from kaliper.benchmarks.serve.config import ServeConfig, serve_config
-from kaliper.benchmarks.serve.loadgen_run import Backend, LoadGenOutcome, run_loadgen
-from kaliper.benchmarks.serve.server_process import port_open, running_server, stop_on_signals
-from kaliper.errors import WorkloadError
-from kaliper.metrics.sampling import SampleSet, SamplingRule
-
-
-def loadgen_percentile(values: list[int], percentile: float) -> int:
-    """LoadGen's percentile: the sorted values at index floor(p·n) (results.cc)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(percentile * len(ordered)))]
-
-
-# LoadGen names its throughput per scenario: Server, Offline, SingleStream/MultiStream.
-_THROUGHPUT_KEYS = (
-    "result_completed_samples_per_sec",
-    "result_samples_per_second",
-    "result_qps_with_loadgen_overhead",
+from kaliper.benchmarks.serve.http_run import (
+    CALIBRATION_S,
+    HttpOutcome,
+    HttpSession,
+    calibration_doc,
+    with_expected,
 )
+from kaliper.benchmarks.serve.loadgen_run import Backend, LoadGenOutcome, run_loadgen
+from kaliper.benchmarks.serve.recorded import ServeRun, achieved_qps, loadgen_percentile, measurement
+from kaliper.benchmarks.serve.server_process import port_open, running_server, stop_on_signals
+from kaliper.benchmarks.serve.token_figures import query_figures
+from kaliper.errors import WorkloadError
+from kaliper.metrics.sampling import SamplingRule
+from kaliper.results.protocol import RunIdentity, store_run_file
 
-
-def achieved_qps(values: dict[str, Any]) -> float | None:
-    """LoadGen's completed samples per second, whichever key the scenario logs it under."""
-    for key in _THROUGHPUT_KEYS:
-        value = values.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    return None
+__all__ = ["achieved_qps", "loadgen_percentile", "run"]
 
 
 def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
     config = serve_config(params)
     started = datetime.now(UTC)
     extra: dict[str, Any] = {}
+    backend: Any = None
     with stop_on_signals(), contextlib.ExitStack() as stack:
-        backend = _backend(config, stack, extra)
-        outcome = run_loadgen(config, backend)
-    return _measurement(config, outcome, backend, started, rule, extra)
+        if config.sut == "http":
+            _start_server(config, stack, extra)
+            session = HttpSession(config)
+            stack.enter_context(session.running())
+            served = _run_http(config, session, started, extra)
+            _keep_files(session, served)
+        else:
+            backend = _backend(config)
+            stack.callback(getattr(backend, "close", lambda: None))
+            served = _run_builtin(config, backend, started, extra)
+    return measurement(served, rule, backend)
 
 
-def _backend(config: ServeConfig, stack: contextlib.ExitStack, extra: dict[str, Any]) -> Backend:
+# --- built-in SUTs ------------------------------------------------------------------------------------
+
+
+def _backend(config: ServeConfig) -> Backend:
     if config.sut == "null":
         from kaliper.benchmarks.serve.backends import NullBackend
 
@@ -80,164 +75,200 @@ def _backend(config: ServeConfig, stack: contextlib.ExitStack, extra: dict[str, 
         from kaliper.benchmarks.serve.backends import CnnBackend
 
         return CnnBackend(config)
-    if config.sut == "builtin-transformer":
-        from kaliper.benchmarks.serve.backends import TransformerBackend
+    from kaliper.benchmarks.serve.backends import TransformerBackend
 
-        return TransformerBackend(config)
-    from kaliper.benchmarks.serve.backends import HttpBackend
+    return TransformerBackend(config)
 
-    if config.command:
-        logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kaliper-server-")))
-        began = time.monotonic()
-        facts: dict[str, Any] = {"argv0": config.command[0]}
-        extra["server"] = facts
-        started: list[Any] = []
-        stack.callback(lambda: facts.update(exit_code=started[0].process.returncode) if started else None)
-        server = stack.enter_context(
-            running_server(
-                config.command,
-                config.ready_url,
-                config.url,
-                config.startup_deadline_ns / 1e9,
-                logs / "server.log",
+
+def _run_builtin(config: ServeConfig, backend: Backend, started: datetime, extra: dict[str, Any]) -> ServeRun:
+    warm_up = getattr(backend, "warm_up", None)
+    if warm_up is not None and (config.warmup_queries or config.warmup_ns):
+        extra["warmup"] = warm_up()
+    if config.scenario == "Offline" and config.expected_qps is None:
+        calibration = _calibrate_builtin(config, backend)
+        extra["calibration"] = calibration
+        config = with_expected(config, calibration)
+    window = datetime.now(UTC)
+    outcome = run_loadgen(config, backend)
+    return ServeRun(config, outcome, None, outcome.trace.latency_ns, window, datetime.now(UTC), extra)
+
+
+def _calibrate_builtin(config: ServeConfig, backend: Backend) -> dict[str, Any]:
+    """Offline's expected QPS for a model in this process: full batches for CALIBRATION_S."""
+    batch = list(range(min(backend.batch_size, config.sample_count)))
+    began, answered = time.perf_counter(), 0
+    while time.perf_counter() - began < CALIBRATION_S or answered < 2 * len(batch):
+        backend.process(batch, lambda position: None)
+        answered += len(batch)
+    seconds = time.perf_counter() - began
+    doc = calibration_doc(answered, seconds, answered / seconds)
+    doc["rule"] = doc["rule"].replace(
+        "a closed loop of `concurrency` users", "full batches through the model"
+    )
+    return doc
+
+
+# --- a server over HTTP -------------------------------------------------------------------------------
+
+
+def _start_server(config: ServeConfig, stack: contextlib.ExitStack, extra: dict[str, Any]) -> None:
+    if not config.command:
+        if not port_open(config.url, 5.0):
+            raise WorkloadError(
+                f"the server at {config.url} is unreachable (nothing accepts connections on its port)"
             )
+        return
+    logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kaliper-server-")))
+    began = time.monotonic()
+    facts: dict[str, Any] = {"argv0": config.command[0]}
+    extra["server"] = facts
+    started: list[Any] = []
+    stack.callback(lambda: facts.update(exit_code=started[0].process.returncode) if started else None)
+    server = stack.enter_context(
+        running_server(
+            config.command,
+            config.ready_url,
+            config.url,
+            config.startup_deadline_ns / 1e9,
+            logs / "server.log",
         )
-        started.append(server)
-        facts |= {"pid": server.pid, "ready_s": round(time.monotonic() - began, 3)}
-    elif not port_open(config.url, 5.0):
-        raise WorkloadError(
-            f"the server at {config.url} is unreachable (nothing accepts connections on its port)"
-        )
-    return HttpBackend(config)
-
-
-def _measurement(
-    config: ServeConfig,
-    outcome: LoadGenOutcome,
-    backend: Backend,
-    started: datetime,
-    rule: SamplingRule,
-    extra: dict[str, Any],
-) -> Measurement:
-    log, trace, dispatch = outcome.log, outcome.trace, outcome.dispatch
-    latency = trace.latency_ns
-    if not latency:
-        raise WorkloadError(f"LoadGen recorded no samples (errors: {log.errors or 'none'})")
-    now = datetime.now(UTC)
-    samples = SampleSet(
-        warmup_ns=[],
-        timed_ns=latency,
-        converged=log.valid,
-        stop_reason="job_ended",
-        rel_ci_width=relative_ci_width([float(v) for v in latency], rule.confidence),
-        started=started,
-        warmup_done=started,
-        finished=now,
     )
-    metrics = {
-        "latency": MetricDef(
-            "ms",
-            "less_is_better",
-            "LoadGen's latency: completion − scheduled issue",
-            from_ns=lambda ns: ns / 1e6,
-        )
-    }
-    values = log.values
-    achieved = achieved_qps(values)
-    derived: dict[str, Any] = {
-        "scenario": config.scenario,
-        "sut": config.sut,
-        "valid": log.valid,
-        "achieved_qps": achieved,
-        "scheduled_qps": values.get("result_scheduled_samples_per_sec"),
-        "target_qps": config.target_qps if config.scenario in ("Server", "Offline") else None,
-        "latency_percentile": config.latency_percentile,
-        "latency_bound_ms": config.latency_bound_ns / 1e6,
-        "latency_at_percentile_ms": loadgen_percentile(latency, config.latency_percentile) / 1e6,
-        "queries": len(latency),
-        "queries_failed": dispatch.failed,
-        "loadgen": {
-            "version": _loadgen_version(),
-            "validity": values.get("result_validity"),
-            "invalid_reasons": log.reasons(),
-            "settings": outcome.settings,
-            "result": {k: v for k, v in values.items() if k.startswith(("result_", "early_stopping"))},
-            "errors": log.errors,
-            "warnings": log.warnings,
-        },
-        **extra,
-    }
-    if trace.ttft_ns is not None and len(trace.ttft_ns) == len(latency):
-        _token_metrics(config, trace.ttft_ns, latency, dispatch.tokens, metrics, derived, values)
-    failure = None
-    if dispatch.first_error is not None:
-        failure = f"{dispatch.failed} of {dispatch.issued} queries failed; the first: {dispatch.first_error}"
-    elif not log.valid:
-        failure = "LoadGen: INVALID: " + "; ".join(log.reasons())
-    framework_version, build, threads = "none", {}, {}
-    cnn = getattr(backend, "parameters", None)
-    if cnn is not None:
-        import torch
-
-        from kaliper.benchmarks.torch_support import torch_build_info
-
-        framework_version, build, threads = str(torch.__version__), torch_build_info(), backend.threads  # type: ignore[attr-defined]
-        derived["model_parameters"] = cnn
-    return Measurement(
-        samples=samples,
-        calls_per_sample=1,
-        metrics=metrics,
-        framework="none",
-        framework_version=framework_version,
-        framework_build=build,
-        threads=threads,
-        derived=derived,
-        failure=failure,
-    )
+    started.append(server)
+    facts |= {"pid": server.pid, "ready_s": round(time.monotonic() - began, 3)}
 
 
-def _token_metrics(
-    config: ServeConfig,
-    ttft: list[int],
-    latency: list[int],
-    tokens: dict[int, int],
-    metrics: dict[str, MetricDef],
-    derived: dict[str, Any],
-    values: dict[str, Any],
-) -> None:
-    metrics["ttft"] = MetricDef(
-        "ms", "less_is_better", "LoadGen's time to first token", values=[v / 1e6 for v in ttft]
-    )
-    counts = [tokens.get(seq, 0) for seq in range(len(latency))]
-    tpot: list[float] | None = None
-    if all(n >= 2 for n in counts):
-        tpot = [(lat - first) // (n - 1) / 1e6 for lat, first, n in zip(latency, ttft, counts, strict=True)]
-        metrics["tpot"] = MetricDef(
-            "ms", "less_is_better", "(latency − ttft) / (output tokens − 1)", values=tpot
-        )
+def _run_http(
+    config: ServeConfig, session: HttpSession, started: datetime, extra: dict[str, Any]
+) -> ServeRun:
+    extra["requests"] = session.mix.document()
+    extra["warmup"] = session.warm_up()
+    if extra["warmup"].get("failed") and extra["warmup"]["failed"] == extra["warmup"]["queries"]:
+        raise WorkloadError(f"every warm-up request failed; the first: {extra['warmup']['first_error']}")
+    if config.scenario == "Offline" and config.expected_qps is None:
+        extra["calibration"] = session.calibrate()
+        config = with_expected(config, extra["calibration"])
+    if config.capacity_search:
+        served = _capacity_search(config, session, extra)
     else:
-        derived["tpot_note"] = "left out: some answers had fewer than 2 tokens"
-    derived["output_tokens_per_s"] = values.get(
-        "result_completed_tokens_per_second", values.get("result_tokens_per_second")
+        outcome = HttpOutcome()
+        window = datetime.now(UTC)
+        if config.loadgen:
+            result = session.loadgen(config, outcome)
+            latency = result.trace.latency_ns
+        else:
+            session.closed_loop(outcome)
+            result = None
+            latency = [t.done_ns - t.issued_ns for _, t in sorted(outcome.timelines.items())]
+        served = ServeRun(config, result, outcome, latency, window, datetime.now(UTC), extra)
+    extra["server_metrics"] = session.server_metrics()
+    return served
+
+
+def _probe_doc(
+    target: float, result: LoadGenOutcome, outcome: HttpOutcome, config: ServeConfig
+) -> dict[str, Any]:
+    """One probe of a capacity search, as the record keeps it."""
+    seqs = sorted(outcome.timelines)
+    figures = query_figures([outcome.timelines[s] for s in seqs])
+    verdict = judge_client(
+        ClientDelays(figures.queued_ms, figures.own_ms), config.scenario, config.concurrency
     )
-    derived["output_tokens"] = sum(counts)
-    derived["ttft_slo_ms"] = None if config.ttft_slo_ns is None else config.ttft_slo_ns / 1e6
-    derived["tpot_slo_ms"] = None if config.tpot_slo_ns is None else config.tpot_slo_ns / 1e6
-    achieved = achieved_qps(values)
-    if (config.ttft_slo_ns or config.tpot_slo_ns) and achieved:
-        good = 0
-        for i, first in enumerate(ttft):
-            ok = config.ttft_slo_ns is None or first <= config.ttft_slo_ns
-            if config.tpot_slo_ns is not None:
-                ok = ok and tpot is not None and tpot[i] * 1e6 <= config.tpot_slo_ns
-            good += ok
-        duration_s = len(latency) / float(achieved)
-        derived["goodput_requests"] = good
-        derived["goodput_per_s"] = good / duration_s
+    latency = result.trace.latency_ns
+    valid = result.log.valid and not result.dispatch.failed and not verdict.client_bound
+    return {
+        "target_qps": target,
+        "achieved_qps": achieved_qps(result.log.values),
+        "latency_at_percentile_ms": loadgen_percentile(latency, config.latency_percentile) / 1e6
+        if latency
+        else None,
+        "validity": result.log.values.get("result_validity"),
+        "invalid_reasons": result.log.reasons(),
+        "queries": len(latency),
+        "queries_failed": result.dispatch.failed,
+        "client_bound": verdict.client_bound,
+        "client_bound_cause": verdict.cause or None,
+        "valid": valid,
+    }
 
 
-def _loadgen_version() -> str | None:
+def _capacity_search(config: ServeConfig, session: HttpSession, extra: dict[str, Any]) -> ServeRun:
+    """Probe targets by kaliper.analysis.capacity's rule; the record is the answering probe's (the highest
+    VALID one; without one, the last probe), every probe kept in derived.capacity."""
+    probes: list[Probe] = []
+    docs: list[dict[str, Any]] = []
+    kept: dict[float, tuple[ServeConfig, LoadGenOutcome, HttpOutcome, datetime, datetime]] = {}
+    while (
+        target := next_target(probes, config.target_qps, config.search_tolerance, config.max_probes)
+    ) is not None:
+        probe_config = dataclasses.replace(config, target_qps=target, capacity_search=False)
+        outcome = HttpOutcome()
+        began = datetime.now(UTC)
+        result = session.loadgen(probe_config, outcome)
+        doc = _probe_doc(target, result, outcome, probe_config)
+        docs.append(doc)
+        probes.append(Probe(target, bool(doc["valid"]), bool(doc["client_bound"])))
+        kept[target] = (probe_config, result, outcome, began, datetime.now(UTC))
+        print(
+            f"capacity search: probe {len(probes)} at {target:g} QPS: "
+            f"{'VALID' if doc['valid'] else 'INVALID'}",
+            file=sys.stderr,
+            flush=True,
+        )
+    answer = capacity_answer(probes, config.search_tolerance, config.max_probes)
+    chosen = answer.highest_valid or probes[-1]
+    probe_config, result, outcome, began, ended = kept[chosen.target_qps]
+    extra["capacity"] = {
+        "rule": (
+            "from target_qps, double while VALID, halve while INVALID, then bisect between the highest VALID "
+            "target below the lowest INVALID one and that one until within search_tolerance of it; VALID = "
+            "LoadGen VALID, every query answered, not client-bound"
+        ),
+        "start_qps": config.target_qps,
+        "tolerance": config.search_tolerance,
+        "max_probes": config.max_probes,
+        "probes": docs,
+        "capacity_qps": None if answer.highest_valid is None else answer.highest_valid.target_qps,
+        "lowest_invalid_qps": None if answer.lowest_invalid is None else answer.lowest_invalid.target_qps,
+        "converged": answer.converged,
+        "reason": answer.reason,
+        "recorded_probe": chosen.target_qps,
+    }
+    return ServeRun(probe_config, result, outcome, result.trace.latency_ns, began, ended, extra)
+
+
+def _keep_files(session: HttpSession, served: ServeRun) -> None:
+    """What was sent (every request, its phase) and each measured query's timeline, beside the record."""
+    identity = RunIdentity.from_env()
+    inputs = "".join(json.dumps(line) + "\n" for line in session.inputs_lines()).encode()
+    queries = b""
+    if served.http is not None:
+        base = served.http.window_from_ns
+        rows = []
+        for seq, t in sorted(served.http.timelines.items()):
+            rows.append(
+                {
+                    "seq": seq,
+                    "request": t.request_index,
+                    "issued_ns": t.issued_ns - base,
+                    "queued_ns": t.queued_ns,
+                    "connect_ns": t.connect_ns,
+                    "sent_ns": t.sent_ns - base if t.sent_ns else None,
+                    "token_ns": [s - base for s in t.token_ns],
+                    "done_ns": t.done_ns - base,
+                    "output_tokens": t.output_tokens,
+                    "output_tokens_source": t.output_tokens_source,
+                    "server_input_tokens": t.server_input_tokens,
+                    "finish_reason": t.finish_reason,
+                    "error": t.error,
+                }
+            )
+        queries = "".join(json.dumps(row) + "\n" for row in rows).encode()
+    kept: dict[str, Any] = {}
+    if served.http is not None:  # the queries file's stamps are ns after this perf_counter_ns stamp
+        kept["queries_origin_ns"] = served.http.window_from_ns
     try:
-        return importlib.metadata.version("mlcommons-loadgen")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+        kept["inputs"] = store_run_file(identity, "inputs.jsonl", inputs)
+        kept["queries"] = store_run_file(identity, "queries.jsonl", queries)
+    except Exception as exc:  # the record matters more: say so there, and go on
+        kept["error"] = f"{type(exc).__name__}: {exc}"
+    served.extra["files"] = kept

@@ -26,6 +26,7 @@ from kaliper.reporter.formatting import (
     KEY_PACKAGES,
     format_bytes,
     format_number,
+    params_text,
     sampling_text,
     several_stacks,
     timers_text,
@@ -129,7 +130,7 @@ def _results(
     shown, note = detail_trials(result)
     out += note
     for t in shown:
-        params = ", ".join(f"{k}={v}" for k, v in t.doc.params.items()) or "–"
+        params = params_text(result.experiment.workload, t.doc.params) or "–"
         out.append(
             f"<h3>Trial {esc(t.doc.id)}</h3><p>Parameters: {esc(params)}; stack {esc(t.doc.stack.name)}</p>"
         )

@@ -5,7 +5,14 @@ table, its answer in words and its latency–throughput curve. Nothing for an ex
 from __future__ import annotations
 
 from kaliper.reporter.formatting import format_number
-from kaliper.reporter.load_sweep import DEFINITIONS, LoadSweep, answer_lines, percentile_name, sweep_table
+from kaliper.reporter.load_sweep import (
+    TEXT_COLUMNS,
+    LoadSweep,
+    answer_lines,
+    definitions,
+    percentile_name,
+    sweep_table,
+)
 from kaliper.reporter.writers.html_page import table
 from kaliper.reporter.writers.plots import LoadMarker, esc, load_sweep_svg
 
@@ -14,7 +21,7 @@ def _marker(sweep: LoadSweep, index: int) -> LoadMarker:
     run = sweep.runs[index]
     p = run.load.point
     tip = (
-        f"{run.trial} repetition {run.repetition}: target {format_number(p.target_qps)} QPS, achieved "
+        f"{run.trial} repetition {run.repetition}: {run.load.offered} {format_number(p.target_qps)}, achieved "
         f"{format_number(p.achieved_qps)} QPS, latency {format_number(p.latency_ms)} ms, "
         f"{run.load.validity or '–'}"
     )
@@ -38,12 +45,13 @@ def load_sweep_section(sweeps: tuple[LoadSweep, ...]) -> list[str]:
     """The section, or nothing when the experiment has no load sweep."""
     if not sweeps:
         return []
-    out = ['<h2 id="load-sweep">Load sweep</h2>', f'<p class="note">{esc(DEFINITIONS)}</p>']
+    out = ['<h2 id="load-sweep">Load sweep</h2>', f'<p class="note">{esc(definitions(sweeps))}</p>']
     for sweep in sweeps:
         if sweep.label:
             out.append(f"<h3>{esc(sweep.label)}</h3>")
         header, rows = sweep_table(sweep)
-        out.append(table(header, [[esc(c) for c in row] for row in rows], {0, 1, 2, 3, 6, 7}))
+        numeric = {i for i, name in enumerate(header) if name not in TEXT_COLUMNS}
+        out.append(table(header, [[esc(c) for c in row] for row in rows], numeric))
         out.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in answer_lines(sweep)) + "</ul>")
         out.append(f"<figure>{_curve(sweep)}</figure>")
     return out

@@ -34,6 +34,7 @@ from kaliper.reporter.formatting import (
     format_number,
     md_fence,
     md_text,
+    params_text,
     resource_figure,
     sampling_text,
     several_stacks,
@@ -53,7 +54,7 @@ from kaliper.reporter.gpu import (
     telemetry,
     window_s,
 )
-from kaliper.reporter.load_sweep import DEFINITIONS, answer_lines, load_sweeps, sweep_table
+from kaliper.reporter.load_sweep import answer_lines, definitions, load_sweeps, sweep_table
 from kaliper.reporter.report import Report, ReportTables
 from kaliper.reporter.verdict_tables import markdown_lines
 
@@ -140,7 +141,7 @@ def report_markdown(report: Report) -> str:
     lines += markdown_lines(report.comparisons)
 
     for t in result.trials:
-        params = ", ".join(f"{k}={v}" for k, v in t.doc.params.items())
+        params = params_text(exp.workload, t.doc.params)
         lines += [
             "",
             f"### Trial {md_text(t.doc.id)}",
@@ -202,7 +203,7 @@ def _load_sweep_markdown(result: ExperimentResult) -> list[str]:
     sweeps = load_sweeps(result)
     if not sweeps:
         return []
-    lines = ["", "## Load sweep", "", md_text(DEFINITIONS), ""]
+    lines = ["", "## Load sweep", "", md_text(definitions(sweeps)), ""]
     for sweep in sweeps:
         lines += [f"### {md_text(sweep.label)}", ""] if sweep.label else []
         header, rows = sweep_table(sweep)

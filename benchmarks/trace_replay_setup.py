@@ -1,6 +1,6 @@
 """trace-replay: what setup costs on a ~10,000-node trace, and how faithful the small-ResNet replay is.
 
-1. Setup. A trace of ~10,000 execution-trace nodes, recorded for real by kaliper.execution.trace_record: the small
+1. Setup. A trace of ~10,000 execution-trace nodes, recorded for real by kaliper.execution.tracing.record: the small
    ResNet with `--traced 10` steps in the trace (10 × 1,069 nodes at 32×32, batch 8; `--big-model
    resnet50 --big-traced 2` records ResNet-50 instead). Timed: parse (bounded ijson stream), select, and
    the plan build (its dry run included); peak memory: tracemalloc's peak over a second parse + select
@@ -194,7 +194,7 @@ def main() -> None:
         print(json.dumps(result))
         return
 
-    from kaliper.execution.trace_record import record_model
+    from kaliper.execution.tracing.record import record_model
 
     with tempfile.TemporaryDirectory(prefix="kaliper-bench-") as tmp:
         big, small = Path(tmp) / "big", Path(tmp) / "small"

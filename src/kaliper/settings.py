@@ -11,8 +11,8 @@ nothing is read by name without a declaration; their meaning stays their tool's.
 
 Parsed once at the entry point: `kaliper.cli.app` (every `kaliper ...` command, so also `kaliper exec`,
 `kaliper workload` and `kaliper step ...` inside pods, and `python -m kaliper`) and
-`python -m kaliper.execution.trace_record` call `load()` before any command runs, so a bad value is refused before
-anything is measured or written. Readers then take one of two ways:
+`python -m kaliper.execution.tracing.record` call `load()` before any command runs, so a bad value is refused
+before anything is measured or written. Readers then take one of two ways:
 
 - an environment passed in, wrapped with `of(environ)`: `spec.limits.max_trials`,
   `configurator.render.Limits.from_environment` and `reference_path`, `storage.retry.RetryPolicy.from_env`,
@@ -31,15 +31,15 @@ tests/unit/settings/test_settings.py holds every other module to it, and these t
 - `kaliper/errors.py`: the redactor looks for the values of secret-named variables in the whole environment
   (it sits below this module).
 - `kaliper/results/provenance.py`: a record's environment block copies the allow-listed variables.
-- `kaliper/execution/local_job.py`: a replica's environment: this one's, less KALIPER_*, plus the job's.
-- `kaliper/execution/local_runner.py`: the GPUs a replica may use are those of its environment.
-- `kaliper/execution/local_container.py`: a container's secret and config-map references resolve from
+- `kaliper/execution/local/job.py`: a replica's environment: this one's, less KALIPER_*, plus the job's.
+- `kaliper/execution/local/runner.py`: the GPUs a replica may use are those of its environment.
+- `kaliper/execution/local/container.py`: a container's secret and config-map references resolve from
   this environment (credentials never come from the manifest).
 - `kaliper/benchmarks/serve/async_client.py`: an endpoint's API token is read from the variable the spec
   names (`api_key_env`), never from the spec.
 - `kaliper/stacks/pipconfig.py`: `pip config list` runs in this environment.
 - `kaliper/stacks/uvtool.py`: uv runs in this environment.
-- `kaliper/execution/trace_record.py`: the recorded command runs in this environment plus the trace settings.
+- `kaliper/execution/tracing/record.py`: the recorded command runs in this environment plus the trace settings.
 - `kaliper/exec/autostep/sitecustomize.py`: runs at start-up inside the traced command, before (and
   without) Kaliper's package: reads KALIPER_TRACE_DIR and KALIPER_TRACE_AUTO by name.
 - `kaliper/exec/command.py`: `kaliper exec` runs the user's command in this environment.
@@ -243,7 +243,7 @@ METRICS_FILE = _optional("KALIPER_METRICS_FILE", PATH, POD, "The file `kaliper.e
 S3_ENDPOINT = _optional("KALIPER_S3_ENDPOINT", URL, POD, "The S3 endpoint (http(s)://host:port): pods get the spec's `s3.endpoint`; on this machine it wins over the spec.")
 PUSHGATEWAY = _optional("KALIPER_PUSHGATEWAY", URL, POD, "The Pushgateway replicas push live metrics to; on this machine it wins over `monitoring.pushgateway`.")
 PROMETHEUS = _optional("KALIPER_PROMETHEUS", URL, POD, "The Prometheus a report reads resource use from; on this machine it wins over `monitoring.prometheus`.")
-# --- a KFP launch step's own pod (downward API): the owner of the jobs it creates (execution.jobobject) ---
+# --- a KFP launch step's own pod (downward API): the owner of the jobs it creates (jobs.objects) ------
 POD_NAME = _optional("KALIPER_POD_NAME", TEXT, POD, "The launch or server-create step's pod (KFP: its `metadata.name`), named as the owner of the jobs or server objects it creates when no Workflow uid is given.")
 POD_UID = _optional("KALIPER_POD_UID", TEXT, POD, "That pod's `metadata.uid` (KFP): with KALIPER_POD_NAME, the ownerReference of what it creates, so that goes with the pod.")
 POD_NAMESPACE = _optional("KALIPER_POD_NAMESPACE", TEXT, POD, "That pod's namespace (KFP): a job or server in another namespace gets no owner (an owner must be in its dependent's namespace).")

@@ -16,8 +16,8 @@ import yaml
 from kaliper.benchmarks.cnn.models_tf import ClusterConfig, params_digest
 from kaliper.benchmarks.measurement import Measurement
 from kaliper.errors import WorkloadError
-from kaliper.execution.operator_env import tf_config
 from kaliper.jobs.manifest import replica_counts
+from kaliper.jobs.operator_env import tf_config
 from kaliper.metrics.sampling import CONTINUE, MAX_TIME, SamplingRule, collect
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import ResultRecord, load_record

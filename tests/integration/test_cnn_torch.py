@@ -16,8 +16,8 @@ import yaml
 from kaliper.benchmarks.cnn import imagefiles
 from kaliper.benchmarks.measurement import Measurement
 from kaliper.errors import WorkloadError
-from kaliper.execution.operator_env import pytorch_env
 from kaliper.jobs.manifest import replica_counts
+from kaliper.jobs.operator_env import pytorch_env
 from kaliper.metrics.sampling import CONVERGED, SamplingRule, collect
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned
 from kaliper.results.record import ResultRecord, load_record

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kaliper.configurator import configure, write_plan
-from kaliper.execution.local_runner import RunSettings, run_one
+from kaliper.execution.local.runner import RunSettings, run_one
 from kaliper.spec import load_spec
 from kaliper.storage import open_storage
 from tests.support.cli import CliRunner, in_process

@@ -279,7 +279,7 @@ def test_several_gb_of_output_in_bounded_memory(tmp_path: Path) -> None:
 
 
 def test_local_executor_runs_replicas_in_the_workdir(tmp_path: Path) -> None:
-    from kaliper.execution.local_job import LocalExecutor, container_argv
+    from kaliper.execution.local.job import LocalJob, container_argv
 
     workdir = tmp_path / "my-model"
     workdir.mkdir()
@@ -295,7 +295,7 @@ def test_local_executor_runs_replicas_in_the_workdir(tmp_path: Path) -> None:
         "metadata": {"name": "workdir-test"},
         "spec": {"runPolicy": {"activeDeadlineSeconds": 60}, "pytorchReplicaSpecs": {"Master": spec}},
     }
-    result = LocalExecutor(tmp_path / "logs", cwd=workdir).run(manifest)
+    result = LocalJob(tmp_path / "logs", cwd=workdir).run(manifest)
     assert result.succeeded
     assert result.replicas[0].stdout.read_text() == f"cwd {workdir}\n"
 
@@ -303,7 +303,7 @@ def test_local_executor_runs_replicas_in_the_workdir(tmp_path: Path) -> None:
 def test_a_log_of_gigabytes_is_stored_as_head_and_tail(tmp_path: Path) -> None:
     import tracemalloc
 
-    from kaliper.execution.local_runner import bounded_log
+    from kaliper.execution.local.runner import bounded_log
 
     path = tmp_path / "huge.stdout.log"
     size = 3 << 30
@@ -330,7 +330,7 @@ def test_local_run_of_an_unwrapped_command_gets_records_from_its_logs(tmp_path: 
     """`workload.wrap: false` locally: the runner reads each replica's output after the job (all of it,
     though the stored log keeps head and tail only) and writes its record (recorded_by executor)."""
     from kaliper.configurator import ExperimentPlan, TrialPlan
-    from kaliper.execution.local_runner import RunSettings, run_one
+    from kaliper.execution.local.runner import RunSettings, run_one
     from kaliper.metrics.rules import ExtractionRules, PatternMetric
     from kaliper.results.documents import ExperimentDoc, JobRef, StackRef, TrialDoc
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kaliper.execution.local_job import LocalExecutor
+from kaliper.execution.local.job import LocalJob
 
 # The order is announced, not timed: the master's last act is to write its pid (to a temporary name,
 # renamed into place, so the file is whole when seen). The worker waits for that file and then for the
@@ -69,7 +69,7 @@ def job(policy: str | None, marks: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize("policy", [None, "None"])
 def test_clean_pod_policy_none_lets_the_other_replicas_finish(tmp_path: Path, policy: str | None) -> None:
-    result = LocalExecutor(tmp_path / "logs").run(job(policy, tmp_path))
+    result = LocalJob(tmp_path / "logs").run(job(policy, tmp_path))
     assert result.condition.type == "Succeeded"
     exits = {(p.replica_type, p.index): (p.exit_code, p.reason) for p in result.replicas}
     assert exits == {("Master", 0): (0, "Completed"), ("Worker", 0): (0, "Completed")}
@@ -79,7 +79,7 @@ def test_clean_pod_policy_none_lets_the_other_replicas_finish(tmp_path: Path, po
 
 
 def test_clean_pod_policy_running_stops_the_other_replicas(tmp_path: Path) -> None:
-    result = LocalExecutor(tmp_path / "logs").run(job("Running", tmp_path))
+    result = LocalJob(tmp_path / "logs").run(job("Running", tmp_path))
     assert result.condition.type == "Succeeded"
     worker = next(p for p in result.replicas if p.replica_type == "Worker")
     assert worker.exit_code != 0 and worker.reason != "Completed"

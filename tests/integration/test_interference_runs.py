@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from kaliper.configurator import configure, write_plan
-from kaliper.execution.calibration import CalibrationStore
-from kaliper.execution.local_job import ReplicaProcess
-from kaliper.execution.local_runner import RunSettings, run_all
-from kaliper.execution.preflight import preflight
+from kaliper.execution.local.job import ReplicaProcess
+from kaliper.execution.local.runner import RunSettings, run_all
+from kaliper.execution.neighbours.calibration import CalibrationStore
+from kaliper.execution.neighbours.preflight import preflight
 from kaliper.reporter.aggregate import load_experiment
 from kaliper.spec import load_spec
 from kaliper.storage import layout, open_storage
@@ -254,7 +254,7 @@ def test_load_during_some_repetitions_is_flagged_and_kept_out_of_the_numbers(
     quiet runs stays within 3% of a fully quiet experiment's (the two run interleaved, A B A B, so the
     machine's drift is shared: the median of the paired ratios); comparing the loaded experiment with the quiet one gives no `slower`;
     counting the contended runs (`include_contended`) would have moved the median by more than that."""
-    from kaliper.execution.local_runner import run_one
+    from kaliper.execution.local.runner import run_one
     from kaliper.reporter.compare import compare_experiments
 
     for name in ("KALIPER_PROMETHEUS", "KALIPER_PUSHGATEWAY"):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kaliper.execution.netns import isolation_unavailable_reason
+from kaliper.execution.local.netns import isolation_unavailable_reason
 from tests.support.replicas import wait_for
 
 pytestmark = pytest.mark.slow

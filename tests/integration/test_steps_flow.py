@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kaliper.configurator import configure
-from kaliper.execution.local_runner import run_one
+from kaliper.execution.local.runner import run_one
 from kaliper.steps.configure import load_step_spec, parse_created
 from kaliper.storage import layout, open_storage
 from tests.support.cli import CliRunner

@@ -59,7 +59,7 @@ def _check_trace(meta: TraceMeta, et: dict[str, Any], timed: int) -> None:
 
 
 def test_record_model_writes_a_valid_bundle(tmp_path: Path) -> None:
-    from kaliper.execution.trace_record import record_model
+    from kaliper.execution.tracing.record import record_model
 
     out = tmp_path / "small"
     meta = record_model(out, image_size=32, batch_size=4, warmup=1, steps=3, threads=1)

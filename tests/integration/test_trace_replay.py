@@ -1,6 +1,6 @@
-"""trace-replay with real torch: a small-ResNet training step recorded by kaliper.execution.trace_record, replayed by
-`kaliper workload trace-replay` (a real process) from a folder and from storage, by `kaliper run` of the
-example, and refused with a failed record (reason, no samples) when the bundle is unusable."""
+"""trace-replay with real torch: a small-ResNet training step recorded by kaliper.execution.tracing.record,
+replayed by `kaliper workload trace-replay` (a real process) from a folder and from storage, by `kaliper run`
+of the example, and refused with a failed record (reason, no samples) when the bundle is unusable."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tests.support.paths import EXAMPLES
 pytest.importorskip("torch")
 
 from kaliper.benchmarks.trace_replay.trace_replay_torch import run
-from kaliper.execution.trace_record import record_model
+from kaliper.execution.tracing.record import record_model
 from kaliper.metrics.sampling import SamplingRule
 from kaliper.trace.store import store_bundle
 

@@ -182,7 +182,7 @@ def build_records(
 
 
 def launch_doc(plan: ExperimentPlan, trial: TrialPlan, rep: int, started: datetime) -> LaunchDoc:
-    """What the local executor stores for a run that succeeded (kaliper.execution.local_runner's shape)."""
+    """What the local executor stores for a run that succeeded (kaliper.execution.local.runner's shape)."""
     job_name = for_repetition(trial.manifest, rep)["metadata"]["name"]
     finished = started + timedelta(seconds=1.5)
     replicas = [

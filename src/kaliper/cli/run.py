@@ -19,7 +19,7 @@ from kaliper import settings
 from kaliper.errors import InputError, Interrupted, RunsFailedError
 
 if TYPE_CHECKING:
-    from kaliper.execution.preflight import PreflightMode
+    from kaliper.execution.neighbours.preflight import PreflightMode
 
 HEADLINE_METRICS = ("images_per_s_total", "images_per_s", "gflops", "step_time")
 

@@ -202,13 +202,13 @@ def _launcher(
     mount_path: str | None,
     templates_json: str | None,
 ) -> tuple[StorageType, Callable[[Run], LaunchDoc]]:
-    """The storage and one run's launch (the cluster backend, kaliper.execution.kube_launch), checked against the workflow's
-    spec; a chunk reads its runs from the same storage."""
+    """The storage and one run's launch (the cluster backend, kaliper.execution.kubernetes.launch), checked
+    against the workflow's spec; a chunk reads its runs from the same storage."""
     from kaliper import settings
     from kaliper.configurator.jobcheck import JobExpectations
     from kaliper.execution.executor import RunRef
-    from kaliper.execution.jobobject import PodOwner
-    from kaliper.execution.kube_launch import KubernetesJobExecutor
+    from kaliper.execution.kubernetes.launch import KubernetesJobExecutor
+    from kaliper.jobs.objects import PodOwner
     from kaliper.reporter.trial_samples import write_trial_samples
     from kaliper.steps.configure import load_step_spec
     from kaliper.storage import open_storage
@@ -321,8 +321,8 @@ def step_server_ready(
     timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait (server.ready_timeout).")] = 600.0,
 ) -> None:
     """Wait until the workflow's inference server is ready (Deployment Available, InferenceService Ready)."""
-    from kaliper.execution.jobobject import pod_namespace
-    from kaliper.execution.server_ready import getter, wait_server_ready
+    from kaliper.execution.kubernetes.server_ready import getter, wait_server_ready
+    from kaliper.jobs.objects import pod_namespace
 
     server_kind = _server_kind(kind)
     where = namespace or pod_namespace()

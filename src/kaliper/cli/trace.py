@@ -1,8 +1,8 @@
 """`kaliper trace record|show`: record a PyTorch execution trace to replay later (ARCHITECTURE.md, "Trace
 replay"), and say what a recorded one holds. torch is imported only by the recording itself.
 
-Recording is judged as a run is (kaliper.execution.trace_record): pre-flight, then the neighbours and the timed
-steps' spread; a contended or unstable recording is recorded again, then refused (exit 1, nothing
+Recording is judged as a run is (kaliper.execution.tracing.record): pre-flight, then the neighbours and the
+timed steps' spread; a contended or unstable recording is recorded again, then refused (exit 1, nothing
 stored) unless --accept-contended. Both commands print the bundle's judgement beside its step times."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from kaliper import settings
 from kaliper.errors import TraceError
 
 if TYPE_CHECKING:
-    from kaliper.execution.trace_judgement import Judging
+    from kaliper.execution.tracing.judgement import Judging
     from kaliper.trace.bundle import TraceJudgement, TraceMeta
 
 trace_app = typer.Typer(
@@ -101,7 +101,7 @@ def record(
 
     Example: kaliper trace record --storage file://./kaliper-results --name own-train -- python train.py
     """
-    from kaliper.execution import trace_record as recorder
+    from kaliper.execution.tracing import record as recorder
     from kaliper.trace import store
 
     judging = _judging(retime, accept_contended, preflight, preflight_wait)
@@ -153,7 +153,7 @@ def record(
 
 def _judging(retime: int, accept: bool, preflight: str, wait: str) -> Judging:
     from kaliper.cli.run import preflight_options
-    from kaliper.execution.trace_judgement import Judging
+    from kaliper.execution.tracing.judgement import Judging
 
     mode, wait_s = preflight_options(preflight, wait)
     return Judging(retime=retime, accept_contended=accept, preflight=mode, preflight_wait_s=wait_s)

@@ -98,7 +98,7 @@ def server_objects(
     placement: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """What the workflow creates: [Deployment, Service] or [InferenceService]. `experiment` and `owner` (an
-    ownerReference, None for none: kaliper.execution.jobobject.owner_in decides) may hold Argo placeholders;
+    ownerReference, None for none: kaliper.jobs.objects.owner_in decides) may hold Argo placeholders;
     `placement`: the pod spec's nodeSelector/tolerations (the benchmark jobs')."""
     metadata = _metadata(server, spec_name, namespace, experiment, owner)
     name = metadata["name"]

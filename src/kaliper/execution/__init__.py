@@ -1,9 +1,11 @@
 """Running the runs of an experiment and recording what each left: the local-process backend
-(`local_job`: a rendered job manifest run as processes with the training operator's environment,
-success, failure and deadline rules; `local_runner`: every trial × repetition, stored), the
-Kubernetes-job backend (`kube_launch`, `kubeapi`, `jobobject`, `jobstate`, `logrecords`), what a run saw
-of its neighbours (`environment`, `cluster_environment`, `preflight`, `calibration`), records built from
-logs (`fromlogs`), and `kaliper trace record` (`trace_record`, `trace_judgement`)."""
+(`local.job`: a rendered job manifest run as processes with the training operator's environment,
+success, failure and deadline rules; `local.runner`: every trial × repetition, stored), the
+Kubernetes-job backend (`kubernetes.launch`, `kubernetes.api`, `kubernetes.jobstate`,
+`kubernetes.logrecords`; the job object's rules are kaliper.jobs.objects), what a run saw of its
+neighbours (`neighbours.environment`, `cluster_environment`, `neighbours.preflight`,
+`neighbours.calibration`), records built from logs (`fromlogs`), and `kaliper trace record`
+(`tracing.record`, `tracing.judgement`)."""
 
 from collections.abc import Callable
 

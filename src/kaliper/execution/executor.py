@@ -1,9 +1,9 @@
 """The backends that run a job: one protocol, one backend per file (as ReFrame keeps its schedulers).
 
-- `LocalProcessExecutor` (kaliper.execution.local_runner): the job's replicas as processes on this
-  machine (kaliper.execution.local_job), with the training operator's environment and rules, each run
+- `LocalProcessExecutor` (kaliper.execution.local.runner): the job's replicas as processes on this
+  machine (kaliper.execution.local.job), with the training operator's environment and rules, each run
   judged quiet or contended and run again while contended if the spec asks;
-- `KubernetesJobExecutor` (kaliper.execution.kube_launch): the job created in a cluster, waited for, and
+- `KubernetesJobExecutor` (kaliper.execution.kubernetes.launch): the job created in a cluster, waited for, and
   adopted again by a retried step.
 
 Both record what a run left the same way (kaliper.execution.recorder.RunRecorder). Which runs run, in

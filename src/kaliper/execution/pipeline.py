@@ -1,9 +1,9 @@
 """The local pipeline behind `kaliper run`: configure → execute → report, as the cluster's three steps.
 
 Before anything is written, a baseline the spec names must be in storage, and an optional pre-flight
-(kaliper.execution.preflight) waits for a quiet machine.
+(kaliper.execution.neighbours.preflight) waits for a quiet machine.
 The configurator writes the experiment and its trials to storage, the local executor runs every trial ×
-repetition (kaliper.execution.local_runner: it only runs jobs), and the reporter writes the report, also
+repetition (kaliper.execution.local.runner: it only runs jobs), and the reporter writes the report, also
 when runs failed. Nothing here decides anything the parts do not: it puts them in order.
 
 The reporter sits above this layer, so the entry point hands its two parts in (`Reporting`: the samples
@@ -28,10 +28,10 @@ from kaliper.configurator.baseline import require_named_baseline
 from kaliper.configurator.podenv import REGION_ENV, S3_ENDPOINT_ENV
 from kaliper.errors import InputError, KaliperError, StorageError
 from kaliper.execution import AfterRun
-from kaliper.execution.calibration import CalibrationStore
 from kaliper.execution.interrupt import StopRequest
-from kaliper.execution.local_runner import RunOutcome, RunSettings, run_all
-from kaliper.execution.preflight import DEFAULT_WAIT_S, PreflightMode, PreflightResult, preflight
+from kaliper.execution.local.runner import RunOutcome, RunSettings, run_all
+from kaliper.execution.neighbours.calibration import CalibrationStore
+from kaliper.execution.neighbours.preflight import DEFAULT_WAIT_S, PreflightMode, PreflightResult, preflight
 from kaliper.jobs import env
 from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
 from kaliper.spec.loader import workdir_of

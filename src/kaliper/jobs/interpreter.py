@@ -1,7 +1,7 @@
 """What `python` at the head of a command means on one machine: the interpreter running Kaliper (or the
 trial's stack), not whichever `python` comes first on PATH.
 
-Shared by the local executor (a container's command: kaliper.execution.local_container) and the serve
+Shared by the local executor (a container's command: kaliper.execution.local.container) and the serve
 workload (a server it starts: kaliper.benchmarks.serve.server_process), so an example that says
 `python -m ...` runs the same with or without an activated virtual environment.
 """

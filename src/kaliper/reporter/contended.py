@@ -8,7 +8,7 @@ All of it appears only when at least one run of the experiment has an environmen
 of an experiment from before they existed is byte-identical to what it always was.
 
 A trace replay's fidelity has a denominator measured once, when the trace was recorded; the recording
-was judged then as a run is (kaliper.execution.trace_record) and each replay's record carries that judgement
+was judged then as a run is (kaliper.execution.tracing.record) and each replay's record carries that judgement
 (kaliper.results.views.RecordingView). The reports show it beside fidelity (`recording_lines`,
 `trial_recordings_summary`), only for trials whose records carry one.
 """

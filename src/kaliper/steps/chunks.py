@@ -1,6 +1,6 @@
 """Chunks of a large cluster sweep: the configure step stores the runs (trial × repetition) in chunks and
 hands the workflow only `[{chunk, sha256}]`; a `kaliper step launch-chunk` pod reads one chunk and
-launches its runs with kaliper.execution.kube_launch.launch_run, a bounded number at once.
+launches its runs with kaliper.execution.kubernetes.launch.launch_run, a bounded number at once.
 
 A workflow node per run and a list of every run as a parameter do not fit Argo's limits at tens of
 thousands of runs (kaliper.workflows.chunking says which limits); a node per chunk and a list of chunks do.
@@ -123,8 +123,8 @@ def launch_chunk(
     *,
     concurrency: int = 1,
 ) -> list[Outcome]:
-    """Launch every run of the chunk with `launch` (kaliper.execution.kube_launch.launch_run for one run),
-    `concurrency` at once, in the chunk's order. A run that fails, or whose launch raises, does not stop
+    """Launch every run of the chunk with `launch` (kaliper.execution.kubernetes.launch.launch_run for one
+    run), `concurrency` at once, in the chunk's order. A run that fails, or whose launch raises, does not stop
     the others (the per-run shape's failFast: false); the outcomes say which. A retried chunk pod
     finds the runs already done by their launch.json (launch_run returns it) and adopts running jobs."""
     runs = read_chunk(storage, experiment, chunk, sha256)

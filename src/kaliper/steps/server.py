@@ -15,14 +15,14 @@ import logging
 from kaliper import settings
 from kaliper.configurator.server_objects import server_objects, server_placement
 from kaliper.errors import InputError, KaliperError
-from kaliper.execution.jobobject import PodOwner, foreign_owner_warning, owner_in, pod_namespace
-from kaliper.execution.server_api import (
+from kaliper.execution.kubernetes.server_api import (
     ServerApi,
     Teardown,
     create_server,
     delete_server,
     server_object_refs,
 )
+from kaliper.jobs.objects import PodOwner, foreign_owner_warning, owner_in, pod_namespace
 from kaliper.steps.configure import load_step_spec
 
 log = logging.getLogger(__name__)

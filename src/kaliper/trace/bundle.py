@@ -6,8 +6,8 @@ The execution trace stays PyTorch's own file (Chakra schema) so other tools (PAR
 converters) read it too; what Kaliper adds lives in `trace.json`. A bundle is a folder (locally) or a
 storage prefix (`kaliper.storage.layout.trace_prefix`) holding the two files under the names below.
 The loader rejects unknown schema versions (pyperf's habit): a newer Kaliper's trace is refused, not
-misread. `judgement` (how the recording's timed steps were judged: kaliper.execution.trace_record) was added to v1
-as an optional field: a bundle without it loads, and its judgement is `unknown`.
+misread. `judgement` (how the recording's timed steps were judged: kaliper.execution.tracing.record) was added
+to v1 as an optional field: a bundle without it loads, and its judgement is `unknown`.
 """
 
 from __future__ import annotations
@@ -83,9 +83,10 @@ class AttemptSummary(BaseModel):
 
 
 class TraceJudgement(BaseModel):
-    """How the recording's timed steps were judged: its neighbours (kaliper.execution.environment, as a run's
-    environment.json) and their own spread (kaliper.execution.trace_record's rule). The original step time is the
-    denominator of every later fidelity figure, so a bundle says whether it was measured quietly."""
+    """How the recording's timed steps were judged: its neighbours (kaliper.execution.neighbours.environment,
+    as a run's environment.json) and their own spread (kaliper.execution.tracing.record's rule). The original
+    step time is the denominator of every later fidelity figure, so a bundle says whether it was measured
+    quietly."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kaliper.configurator.server_objects import deletion_manifest, server_objects
-from kaliper.execution.jobobject import WorkflowOwner, foreign_owner_warning, owner_in
+from kaliper.jobs.objects import WorkflowOwner, foreign_owner_warning, owner_in
 from kaliper.workflows.plan import ClusterPlan
 from kaliper.workflows.serving import manifest_text, server_ready_argv, template_suffix
 

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from kaliper.execution.jobobject import POD_FIELD_ENV
+from kaliper.jobs.objects import POD_FIELD_ENV
 from kaliper.workflows.kfp_chunks import launch_chunks
 from kaliper.workflows.plan import (
     STEP_RESOURCES,

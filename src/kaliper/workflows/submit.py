@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kaliper.errors import ClusterError
-from kaliper.execution.jobobject import pod_namespace
+from kaliper.jobs.objects import pod_namespace
 from kaliper.spec import LoadedSpec
 from kaliper.workflows.argo import workflow_document
 from kaliper.workflows.compile import check_object_size

@@ -12,7 +12,7 @@ import pytest
 
 from kaliper.analysis.interference import InterferenceVerdict, Thresholds, judge_interference
 from kaliper.errors import SpecError
-from kaliper.execution.environment import RunMonitor
+from kaliper.execution.neighbours.environment import RunMonitor
 from kaliper.monitoring.interference import CpuTimes, Signals
 from kaliper.monitoring.probe import ProbeResult
 from kaliper.results.environment import EnvironmentDoc, environment_document
@@ -229,8 +229,8 @@ def test_real_h200_readings_through_the_judge() -> None:
 
 def test_preflight_finds_a_gpu_busy_before_the_first_run() -> None:
     """Before any run of ours, every compute process working on the GPU is a neighbour: the H200 with two
-    matmul processes is busy, the idle one quiet (kaliper.execution.preflight.judge_machine)."""
-    from kaliper.execution.preflight import MachineSample, judge_machine
+    matmul processes is busy, the idle one quiet (kaliper.execution.neighbours.preflight.judge_machine)."""
+    from kaliper.execution.neighbours.preflight import MachineSample, judge_machine
 
     busy = judge_machine(
         MachineSample(None, None, None, gpu=replayed_signals("two_processes_matmul", ())), Thresholds()

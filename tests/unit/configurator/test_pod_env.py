@@ -16,8 +16,8 @@ from kaliper.configurator import configure
 from kaliper.configurator.experiment import dump_manifest
 from kaliper.configurator.render import BUILTIN_TEMPLATES, render_template
 from kaliper.errors import SpecError
-from kaliper.execution.jobobject import prepare_job
 from kaliper.jobs.manifest import replica_specs
+from kaliper.jobs.objects import prepare_job
 from kaliper.spec import spec_from_text
 from kaliper.spec.services import S3Spec
 from tests.support.k8s_schemas import crd_problems

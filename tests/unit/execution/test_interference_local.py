@@ -11,10 +11,10 @@ import pytest
 from kaliper.analysis.interference import Thresholds
 from kaliper.configurator import configure
 from kaliper.errors import SpecError
-from kaliper.execution import calibration
-from kaliper.execution.calibration import CalibrationStore, hardware_fingerprint
-from kaliper.execution.environment import interference_of, judge_run
-from kaliper.execution.preflight import MachineBusy, MachineSample, judge_machine, preflight
+from kaliper.execution.neighbours import calibration
+from kaliper.execution.neighbours.calibration import CalibrationStore, hardware_fingerprint
+from kaliper.execution.neighbours.environment import interference_of, judge_run
+from kaliper.execution.neighbours.preflight import MachineBusy, MachineSample, judge_machine, preflight
 from kaliper.monitoring.interference import CpuTimes, Signals
 from kaliper.monitoring.probe import ProbeResult
 from kaliper.spec.interference import InterferenceSpec

@@ -29,11 +29,11 @@ from kubernetes.client import Configuration
 from kaliper.configurator import configure, write_plan
 from kaliper.configurator.jobcheck import JobExpectations
 from kaliper.errors import ExecutionError, InputError
-from kaliper.execution import kube_launch as launch_module
-from kaliper.execution.jobobject import RESULTS_VOLUME, WORKFLOW_LABEL, job_name
-from kaliper.execution.kube_launch import launch_run
-from kaliper.execution.kubeapi import JobApi
-from kaliper.execution.logrecords import MAX_LOG_BYTES
+from kaliper.execution.kubernetes import launch as launch_module
+from kaliper.execution.kubernetes.api import JobApi
+from kaliper.execution.kubernetes.launch import launch_run
+from kaliper.execution.kubernetes.logrecords import MAX_LOG_BYTES
+from kaliper.jobs.objects import RESULTS_VOLUME, WORKFLOW_LABEL, job_name
 from kaliper.results.documents import LaunchDoc, to_document
 from kaliper.results.protocol import result_line
 from kaliper.results.record import load_record

@@ -20,7 +20,10 @@ from jsonschema import Draft7Validator
 from kaliper import settings
 from kaliper.configurator import configure
 from kaliper.errors import InputError
-from kaliper.execution.jobobject import (
+from kaliper.execution.kubernetes.jobstate import PodView, failure_reason, job_state, parse_time
+from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_REPETITION, LABEL_TRIAL
+from kaliper.jobs.manifest import replica_specs
+from kaliper.jobs.objects import (
     MAX_JOB_NAME,
     RESULTS_VOLUME,
     WORKFLOW_LABEL,
@@ -33,9 +36,6 @@ from kaliper.execution.jobobject import (
     prepare_job,
     resolve_namespace,
 )
-from kaliper.execution.jobstate import PodView, failure_reason, job_state, parse_time
-from kaliper.jobs.kubeflow import LABEL_EXPERIMENT, LABEL_REPETITION, LABEL_TRIAL
-from kaliper.jobs.manifest import replica_specs
 from kaliper.spec import spec_from_text
 from tests.support.paths import FIXTURES
 

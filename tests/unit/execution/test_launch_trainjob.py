@@ -24,9 +24,9 @@ import yaml
 from jsonschema import Draft7Validator
 
 from kaliper.configurator.jobcheck import JobExpectations
-from kaliper.execution.jobobject import RESULTS_VOLUME, WorkflowOwner, job_name, prepare_job
-from kaliper.execution.logrecords import MAX_LOG_BYTES
+from kaliper.execution.kubernetes.logrecords import MAX_LOG_BYTES
 from kaliper.jobs.kubeflow import JOBSET_NAME_LABEL, QUEUE_LABEL, RUNTIME_PATCH_MANAGER
+from kaliper.jobs.objects import RESULTS_VOLUME, WorkflowOwner, job_name, prepare_job
 from kaliper.results.documents import LaunchDoc
 from kaliper.results.protocol import RunIdentity, failure_record, result_line
 from kaliper.results.record import load_record

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from kaliper.execution.completion import job_condition
-from kaliper.execution.operator_env import LOCAL_HOST, free_ports, injected_env, operator_labels
 from kaliper.jobs.kubeflow import Replica, pod_name, replicas_of
+from kaliper.jobs.operator_env import LOCAL_HOST, free_ports, injected_env, operator_labels
 
 MASTER_VARS = ("MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 

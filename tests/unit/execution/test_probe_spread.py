@@ -16,9 +16,9 @@ from kaliper.analysis.interference import (
     judge_interference,
     probe_band,
 )
-from kaliper.execution.calibration import CalibrationStore
-from kaliper.execution.environment import RunMonitor, timed_probe
-from kaliper.execution.preflight import (
+from kaliper.execution.neighbours.calibration import CalibrationStore
+from kaliper.execution.neighbours.environment import RunMonitor, timed_probe
+from kaliper.execution.neighbours.preflight import (
     SEED_BELOW,
     SEED_CALLS,
     MachineSample,

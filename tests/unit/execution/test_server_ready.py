@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kaliper.errors import ExecutionError
-from kaliper.execution.server_ready import readiness, wait_server_ready
+from kaliper.execution.kubernetes.server_ready import readiness, wait_server_ready
 
 
 def deployment(

@@ -17,7 +17,7 @@ from kaliper.analysis.interference import InterferenceVerdict
 from kaliper.cli.trace import judgement_lines
 from kaliper.errors import TraceError
 from kaliper.exec import trace_steps as tracing
-from kaliper.execution.trace_judgement import (
+from kaliper.execution.tracing.judgement import (
     Judging,
     RecordingRefused,
     SpreadLimits,
@@ -26,7 +26,7 @@ from kaliper.execution.trace_judgement import (
     refusal,
     step_spread,
 )
-from kaliper.execution.trace_record import command_bundle, judged_recording
+from kaliper.execution.tracing.record import command_bundle, judged_recording
 from kaliper.trace.bundle import AttemptSummary, TraceMeta, TraceSource, parse_meta
 
 MS = 1_000_000

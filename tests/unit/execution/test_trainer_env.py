@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from kaliper.execution.local_container import container_env
-from kaliper.execution.operator_env import LOCAL_HOST, trainer_env, trainjob_labels
+from kaliper.execution.local.container import container_env
 from kaliper.jobs.kubeflow import COMPLETION_INDEX_ANNOTATION
+from kaliper.jobs.operator_env import LOCAL_HOST, trainer_env, trainjob_labels
 from tests.support.paths import FIXTURES
 
 SOURCE = (FIXTURES / "trainer" / "torch-plugin-v2.3.0.go.txt").read_text()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from kaliper.execution.completion import job_condition
-from kaliper.execution.local_container import container_argv
+from kaliper.execution.local.container import container_argv
 from kaliper.jobs.kubeflow import Replica
 from kaliper.results.documents import FailureInfo, JobRef, LaunchDoc, ReplicaLaunch, StackRef, TrialDoc
 from kaliper.results.protocol import stand_in_records

@@ -1,11 +1,11 @@
 """A record's GPUs: NVML's facts merged with the framework's, and a local run's resources block with the
-GPU figures of the same window (kaliper.execution.local_runner.with_gpu), on the real H200 readings."""
+GPU figures of the same window (kaliper.execution.local.runner.with_gpu), on the real H200 readings."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from kaliper.execution.local_runner import with_gpu
+from kaliper.execution.local.runner import with_gpu
 from kaliper.monitoring.gpu_window import GpuWindow
 from kaliper.monitoring.nvml import GpuSampler, gpu_provenance
 from kaliper.monitoring.sampler import LOCAL_NOT_MEASURED

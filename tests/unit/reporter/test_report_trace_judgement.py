@@ -6,8 +6,8 @@ a judgement. The views carry it as one shared instance per distinct judgement, a
 keeps it (a reload from the file reports the same).
 
 The experiments are synthetic (tests/support/synthetic.py: the configurator's plan, the runtime's records); each
-record's `derived.trace.judgement` is made by the recorder's own judge (kaliper.execution.trace_record) and dumped
-as the trace-replay workload dumps it.
+record's `derived.trace.judgement` is made by the recorder's own judge (kaliper.execution.tracing.record) and
+dumped as the trace-replay workload dumps it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kaliper.analysis.interference import InterferenceVerdict
-from kaliper.execution.trace_judgement import SpreadLimits, judge_recording, step_spread
+from kaliper.execution.tracing.judgement import SpreadLimits, judge_recording, step_spread
 from kaliper.reporter import write_report
 from kaliper.reporter.aggregate import load_experiment
 from kaliper.reporter.report import Report, build_report

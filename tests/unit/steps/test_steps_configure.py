@@ -175,7 +175,7 @@ def test_steps_and_the_cli_import_without_hera_or_kfp() -> None:
         "import sys\n"
         "for name in ('hera', 'kfp'):\n"
         "    sys.modules[name] = None\n"
-        "import kaliper.cli, kaliper.steps.configure, kaliper.steps.report, kaliper.execution.kube_launch\n"
+        "import kaliper.cli, kaliper.steps.configure, kaliper.steps.report, kaliper.execution.kubernetes.launch\n"
         "import kaliper.workflows.plan, kaliper.workflows.compile\n"
         "assert not any(m.startswith(('hera', 'kfp')) and sys.modules[m] for m in sys.modules)\n"
     )

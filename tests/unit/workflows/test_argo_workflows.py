@@ -18,7 +18,7 @@ import yaml
 
 from kaliper.configurator import configure
 from kaliper.errors import InputError, KaliperError, SpecError, TemplateError
-from kaliper.execution.jobobject import WorkflowOwner, prepare_job
+from kaliper.jobs.objects import WorkflowOwner, prepare_job
 from kaliper.spec import LoadedSpec, load_spec, spec_from_text
 from kaliper.steps.templates import imported_paths, parse_bundle
 from kaliper.workflows.argo import cron_workflow_document, workflow_document

@@ -14,7 +14,7 @@ import yaml
 from kaliper.configurator import configure
 from kaliper.configurator.server_objects import server_objects
 from kaliper.errors import SpecError
-from kaliper.execution.jobobject import owner_reference
+from kaliper.jobs.objects import owner_reference
 from kaliper.spec import LoadedSpec, load_spec, spec_from_text
 from kaliper.workflows.argo import workflow_document
 from kaliper.workflows.compile import compile_spec

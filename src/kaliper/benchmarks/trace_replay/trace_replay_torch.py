@@ -14,7 +14,7 @@ replay a different program, and fidelity would compare unlike things.
 
 Fidelity is only as good as its denominator: the record carries the bundle's recording judgement
 (`derived.trace.judgement`: verdict quiet/contended/unstable/unknown, reasons, notes, attempts, the
-timed steps' spread; kaliper.execution.trace_record) so a report shows it beside fidelity, and a replay of a
+timed steps' spread; kaliper.execution.tracing.record) so a report shows it beside fidelity, and a replay of a
 recording stored although contended or unstable says so on stderr.
 """
 # mypy: disallow-untyped-calls=False

@@ -12,7 +12,8 @@ not drag the history down. A run is judged against the spread of the last 40 rat
 one run's pair, or 5%, left out at each end): a probe regime of this machine (the GPU VM's 40 and 58
 GFLOP/s) is inside it once it has shown up in more than 5% of them, and so is a machine that really
 became slower (no neighbours, still slower) after two runs. Pre-flight seeds a short history with a
-burst of probes (kaliper.execution.preflight), so the regimes are known before the first run is judged.
+burst of probes (kaliper.execution.neighbours.preflight), so the regimes are known before the first run is
+judged.
 
 The store is a cache, never a record: unreadable lines are skipped, and when it cannot be written the
 run goes on without (a warning once).

@@ -3,7 +3,7 @@
 Per run: the replicas' logs, launch.json (phases, replicas, failure), stand-in records for replicas of a
 failed run that stored none (kaliper.results.protocol, as the cluster's launch step does), and, without
 Prometheus, the resources block from this executor's own sampling, and environment.json: what the run
-saw of its neighbours and its verdict, `quiet` or `contended` (kaliper.execution.environment). With
+saw of its neighbours and its verdict, `quiet` or `contended` (kaliper.execution.neighbours.environment). With
 `sampling.interference.retry_contended: N` a contended run is run again, up to N more times: each
 attempt stores into a staging folder first, the last one becomes the run (`runs/<repetition>/`) and the
 earlier ones are kept under `runs/<repetition>/attempts/<n>/`, so nothing is ever rewritten and the
@@ -31,11 +31,11 @@ from kaliper.configurator import ExperimentPlan, TrialPlan
 from kaliper.errors import InputError
 from kaliper.exec.command import framework_version
 from kaliper.execution import AfterRun
-from kaliper.execution.calibration import CalibrationStore
-from kaliper.execution.environment import RunMonitor, interference_of
 from kaliper.execution.executor import RunRef
 from kaliper.execution.fromlogs import local_provenance
-from kaliper.execution.local_job import JobResult, LocalExecutor, ReplicaProcess
+from kaliper.execution.local.job import JobResult, LocalJob, ReplicaProcess
+from kaliper.execution.neighbours.calibration import CalibrationStore
+from kaliper.execution.neighbours.environment import RunMonitor, interference_of
 from kaliper.execution.order import run_order
 from kaliper.execution.recorder import LOG_TAIL_LINES, RunRecorder
 from kaliper.jobs import env as env_names
@@ -80,7 +80,7 @@ class RunSettings:
     should_stop: Callable[[], int | None] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Path | None = None  # working directory of the replicas (a command workload's workdir)
-    # This machine's probe history (kaliper.execution.calibration); None: the default store.
+    # This machine's probe history (kaliper.execution.neighbours.calibration); None: the default store.
     calibration: CalibrationStore | None = None
     # Called with each replica right after it started, after the runner's own followers.
     on_start: Callable[[ReplicaProcess], None] | None = None
@@ -223,7 +223,7 @@ def run_one(
                 settings.on_start(proc)
 
         try:
-            executor = LocalExecutor(
+            executor = LocalJob(
                 Path(tmp),
                 on_start=follow,
                 should_stop=settings.should_stop,

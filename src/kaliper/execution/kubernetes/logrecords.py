@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from kaliper.execution.jobstate import PodView, main_container_status
-from kaliper.execution.kubeapi import JobApi
+from kaliper.execution.kubernetes.api import JobApi
+from kaliper.execution.kubernetes.jobstate import PodView, main_container_status
 from kaliper.jobs.kubeflow import CONTAINER_NAME, replica_name
 from kaliper.results.provenance import stack_id
 from kaliper.results.record import Hardware, Stack

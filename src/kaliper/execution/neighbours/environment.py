@@ -6,8 +6,8 @@ opens an InterferenceWindow; the runner hands it each replica's pid as the repli
 is a neighbour's. `close` stops the window and times the probe again (a probe outside this machine's
 quiet band is taken a second time, `RunMonitor.second_look`); `document` judges the run
 (kaliper.analysis.interference, the spec's `sampling.interference` thresholds, the probe against the
-spread of this machine's quiet history: kaliper.execution.calibration; the run's GPU signals when the caller
-sampled them: kaliper.monitoring.nvml) into the run's environment.json (source `local`).
+spread of this machine's quiet history: kaliper.execution.neighbours.calibration; the run's GPU signals when
+the caller sampled them: kaliper.monitoring.nvml) into the run's environment.json (source `local`).
 
 Only the single-thread probe is timed around runs: it is the stable reference (IQR/median about 1%);
 the all-threads variant has two regimes on a quiet machine and collapses with any neighbour (see the
@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from kaliper import settings
 from kaliper.analysis.interference import InterferenceVerdict, judge_interference, probe_band
-from kaliper.execution.calibration import CalibrationStore
+from kaliper.execution.neighbours.calibration import CalibrationStore
 from kaliper.monitoring.interference import InterferenceWindow, Signals
 from kaliper.monitoring.probe import ProbeResult, probe
 from kaliper.results.environment import EnvironmentDoc, ProbeFigures

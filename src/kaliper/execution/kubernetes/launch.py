@@ -7,13 +7,13 @@ earlier try is found (409 AlreadyExists) and waited for instead of created twice
 
 Waiting mirrors `kubectl wait --for=condition=...`: list the job, watch it from the list's
 resourceVersion, and on an expired watch (410), an ERROR event, a broken connection or the end of the
-stream, list again and resume, all within `timeout_s`. The decisions live in `jobstate` / `jobobject`.
+stream, list again and resume, all within `timeout_s`. The decisions live in `jobstate` / kaliper.jobs.objects.
 A job submitted to a Kueue queue is created suspended: while it stays so it is "waiting for admission"
 (not "pending": no pod exists yet), and the time Kueue let it go is launch.json's `admitted` phase, so
 the report shows the admission wait apart from scheduling (created → admitted → scheduled → running).
 A failed run's replicas that stored no record get stand-in records (kaliper.results.protocol); a
 succeeded run's replicas of a workload with extraction rules that stored none (an unwrapped image) get
-records read from their pod logs (kaliper.execution.logrecords).
+records read from their pod logs (kaliper.execution.kubernetes.logrecords).
 """
 
 from __future__ import annotations
@@ -32,7 +32,21 @@ from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
 from kaliper.errors import ExecutionError, InputError
 from kaliper.execution import AfterRun
 from kaliper.execution.executor import RunRef
-from kaliper.execution.jobobject import (
+from kaliper.execution.kubernetes.api import JobApi, KubeApiError
+from kaliper.execution.kubernetes.jobstate import (
+    JobState,
+    PodView,
+    job_state,
+    main_container_status,
+    parse_time,
+    queue_of,
+    resumed_at,
+    suspended,
+)
+from kaliper.execution.kubernetes.logrecords import LogReader, cluster_provenance
+from kaliper.execution.recorder import LOG_TAIL_LINES, RunRecorder
+from kaliper.jobs.kubeflow import CONTAINER_NAME, NOT_ADMITTED, POD_SELECTOR_LABEL, replica_id
+from kaliper.jobs.objects import (
     Owner,
     PodOwner,
     WorkflowOwner,
@@ -43,20 +57,6 @@ from kaliper.execution.jobobject import (
     prepare_job,
     resolve_namespace,
 )
-from kaliper.execution.jobstate import (
-    JobState,
-    PodView,
-    job_state,
-    main_container_status,
-    parse_time,
-    queue_of,
-    resumed_at,
-    suspended,
-)
-from kaliper.execution.kubeapi import JobApi, KubeApiError
-from kaliper.execution.logrecords import LogReader, cluster_provenance
-from kaliper.execution.recorder import LOG_TAIL_LINES, RunRecorder
-from kaliper.jobs.kubeflow import CONTAINER_NAME, NOT_ADMITTED, POD_SELECTOR_LABEL, replica_id
 from kaliper.results.documents import LAUNCH_SCHEMA, FailureInfo, LaunchDoc, load_versioned
 from kaliper.results.readers import read_experiment, read_trial
 from kaliper.storage import Storage, layout
@@ -179,7 +179,7 @@ def launch_run(
     configure step passed on (`job_sha256`, from the workflow's runs list) and it passes the manifest
     checks again (`expect`: the workflow's spec; without it, the stored trial and spec). `after_run`: what
     the caller does once launch.json is stored (`kaliper step launch`: the trial's samples file).
-    `owner_pod`: the job's owner when no `workflow_uid` is given (jobobject.PodOwner).
+    `owner_pod`: the job's owner when no `workflow_uid` is given (kaliper.jobs.objects.PodOwner).
     `workflow_namespace`: the Workflow's (`{{workflow.namespace}}`); without it, this pod's, which is the
     Workflow's under Argo. A job in another namespace than its owner's gets no owner, with a warning.
     """

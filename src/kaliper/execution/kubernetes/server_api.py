@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from kaliper.configurator.server_objects import KSERVE_GROUP, KSERVE_VERSION, LABEL_SERVER, object_kinds
 from kaliper.errors import ExecutionError
-from kaliper.execution.kubeapi import JobApi, KubeApiError
+from kaliper.execution.kubernetes.api import JobApi, KubeApiError
 from kaliper.jobs.kubeflow import LABEL_EXPERIMENT
 
 REQUEST_TIMEOUT_S: Final = 30
@@ -57,7 +57,7 @@ class ServerApi:
 
     def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         """The answer's JSON; None on 404; KubeApiError (with the HTTP status) otherwise."""
-        from kaliper.execution.kubeapi import _describe
+        from kaliper.execution.kubernetes.api import _describe
 
         try:
             response = call(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S, **kwargs)

@@ -3,8 +3,9 @@
 One check samples the machine for `SAMPLE_S` (other processes' CPU share and steal over every CPU this
 process may use: kaliper.monitoring.interference, nothing of the run's own yet; and the compute processes
 on the GPUs the runs may use, kaliper.monitoring.nvml: any that works there is a neighbour) and times the calibration
-probe against the spread of this machine's quiet history (kaliper.execution.calibration). `judge_machine` is
-the pure decision (a sample and thresholds in, a verdict out); `preflight` is the waiting loop around it.
+probe against the spread of this machine's quiet history (kaliper.execution.neighbours.calibration).
+`judge_machine` is the pure decision (a sample and thresholds in, a verdict out); `preflight` is the
+waiting loop around it.
 
 When the machine is quiet and its history holds fewer than `SEED_BELOW` (10) rates of the probe, a burst
 of `SEED_CALLS` (10) more probes, back to back, joins the history: about 0.3-0.5 s once per machine
@@ -29,8 +30,8 @@ from typing import Any, Final, Literal
 
 from kaliper.analysis.interference import InterferenceVerdict, Thresholds, judge_interference
 from kaliper.errors import KaliperError
-from kaliper.execution.calibration import CalibrationStore
-from kaliper.execution.environment import timed_probe
+from kaliper.execution.neighbours.calibration import CalibrationStore
+from kaliper.execution.neighbours.environment import timed_probe
 from kaliper.monitoring.interference import InterferenceWindow, Signals
 from kaliper.monitoring.nvml import GpuSampler
 from kaliper.monitoring.probe import ProbeResult, ProbeSpread

@@ -33,22 +33,14 @@ import psutil
 from kaliper.errors import ExecutionError
 from kaliper.execution.completion import Condition, job_condition
 from kaliper.execution.interrupt import INTERRUPTED
-from kaliper.execution.local_container import (
+from kaliper.execution.local.container import (
     container_argv,
     container_env,
     resolve,
     stack_process_env,
     trainjob_pod_labels,
 )
-from kaliper.execution.netns import PrivateNetwork, network_mode
-from kaliper.execution.operator_env import (
-    LOCAL_HOST,
-    free_ports,
-    injected_env,
-    operator_labels,
-    trainer_env,
-    trainjob_labels,
-)
+from kaliper.execution.local.netns import PrivateNetwork, network_mode
 from kaliper.jobs import env as env_names
 from kaliper.jobs.kubeflow import (
     COMPLETION_INDEX_ANNOTATION,
@@ -69,6 +61,14 @@ from kaliper.jobs.manifest import (
     replica_counts,
     replica_specs,
     trainer,
+)
+from kaliper.jobs.operator_env import (
+    LOCAL_HOST,
+    free_ports,
+    injected_env,
+    operator_labels,
+    trainer_env,
+    trainjob_labels,
 )
 
 # Settings of this machine, not of a run: they reach the replicas and win over the manifest's values
@@ -172,7 +172,7 @@ def _pick_container(kind: str, rtype: str, pod_spec: dict[str, Any]) -> dict[str
     return container
 
 
-class LocalExecutor:
+class LocalJob:
     """Runs one job at a time; logs go to `logs_dir/<pod>.{stdout,stderr}.log`."""
 
     def __init__(

@@ -14,12 +14,12 @@ not shareable without reshaping that workload.
 
 Recording is a measurement: the original step time is the denominator of every later fidelity figure,
 and a bundle is never rewritten. So the recorder judges it as `kaliper run` judges a run (issue 26):
-the same pre-flight (kaliper.execution.preflight) before each attempt, and around the child the same
-RunMonitor (calibration probe before and after, an InterferenceWindow and a GpuSampler following the
+the same pre-flight (kaliper.execution.neighbours.preflight) before each attempt, and around the child the
+same RunMonitor (calibration probe before and after, an InterferenceWindow and a GpuSampler following the
 child's process tree), judged by kaliper.analysis.interference; then the timed steps' own spread
 (`SpreadLimits`). A contended or unstable attempt is recorded again (`retime` times), then refused,
 unless the caller accepts it: it is then stored with its judgement saying so (`TraceJudgement`). Those
-rules are kaliper.execution.trace_judgement's; this module runs the child and the monitoring around it.
+rules are kaliper.execution.tracing.judgement's; this module runs the child and the monitoring around it.
 `KALIPER_INTERFERENCE=off` (a dedicated machine, the test suite) leaves the recording unjudged
 (`unknown`). The window spans the child's whole life (start-up, warm-up, timed and traced steps), not the
 timed steps alone: a neighbour there is diluted in the CPU shares, which is what the spread rule is for.
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from kaliper import settings
 from kaliper.errors import TraceError
 from kaliper.exec import trace_steps as tracing
-from kaliper.execution.trace_judgement import (
+from kaliper.execution.tracing.judgement import (
     Judging,
     RecordingRefused,
     judge_recording,
@@ -63,14 +63,14 @@ from kaliper.trace.bundle import (
 
 if TYPE_CHECKING:
     from kaliper.analysis.interference import Thresholds
-    from kaliper.execution.calibration import CalibrationStore
-    from kaliper.execution.environment import Judged, RunMonitor
+    from kaliper.execution.neighbours.calibration import CalibrationStore
+    from kaliper.execution.neighbours.environment import Judged, RunMonitor
     from kaliper.monitoring.nvml import GpuSampler
     from kaliper.spec.interference import InterferenceSpec
 
 MODELS = ("small", "resnet50")
 DEVICES = ("cpu", "cuda")
-_SRC = Path(__file__).resolve().parents[2]  # the folder holding the kaliper package
+_SRC = Path(__file__).resolve().parents[3]  # the folder holding the kaliper package
 
 
 # ------------------------------------------------------------------------------- the recording
@@ -166,7 +166,7 @@ def model_bundle(
         argv = [
             sys.executable,
             "-m",
-            "kaliper.execution.trace_record",
+            "kaliper.execution.tracing.record",
             "--work",
             str(work),
             "--threads",
@@ -241,8 +241,8 @@ def judged_recording(
 ) -> tuple[TraceMeta, bytes]:
     """Record, judge, and record again or refuse (see the module's docstring); the bundle to store, its
     metadata carrying the judgement. Raises RecordingRefused (nothing stored) when no attempt passed."""
-    from kaliper.execution.calibration import CalibrationStore
-    from kaliper.execution.environment import interference_of
+    from kaliper.execution.neighbours.calibration import CalibrationStore
+    from kaliper.execution.neighbours.environment import interference_of
 
     spec = interference_of({})  # the defaults, and KALIPER_INTERFERENCE=off
     store = CalibrationStore() if spec.enabled else None
@@ -303,7 +303,7 @@ def _preflight(
 ) -> list[str]:
     """kaliper run's pre-flight before an attempt; a note when the machine stayed busy (the attempt's own
     judgement decides). MachineBusy (nothing recorded) in `strict` mode."""
-    from kaliper.execution.preflight import preflight
+    from kaliper.execution.neighbours.preflight import preflight
 
     if judging.preflight == "off":
         return []
@@ -327,7 +327,7 @@ class _Watch:
 
     @classmethod
     def open(cls, spec: InterferenceSpec, store: CalibrationStore | None, env: Mapping[str, str]) -> _Watch:
-        from kaliper.execution.environment import RunMonitor
+        from kaliper.execution.neighbours.environment import RunMonitor
         from kaliper.monitoring.nvml import GpuSampler
 
         monitor = RunMonitor.open(spec, store)  # the probe before: outside the GPU sampler's window
@@ -442,7 +442,7 @@ def _run_model(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m kaliper.execution.trace_record", description=_run_model.__doc__
+        prog="python -m kaliper.execution.tracing.record", description=_run_model.__doc__
     )
     parser.add_argument("--work", required=True)
     for name in ("batch-size", "image-size", "num-classes", "warmup", "steps", "traced", "threads"):

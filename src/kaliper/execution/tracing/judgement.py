@@ -1,7 +1,7 @@
 """The judgement of a trace recording (issue 26), pure: the timed steps' spread (`SpreadLimits`), one
 attempt's verdict from it and kaliper.analysis.interference's (`judge_recording`), and what follows it
-(`next_move`: store, record again or refuse). Kept apart from the recorder (kaliper.execution.trace_record), which
-runs the child and the monitoring, so that the rules are read, and tested, on fixed step times.
+(`next_move`: store, record again or refuse). Kept apart from the recorder (kaliper.execution.tracing.record),
+which runs the child and the monitoring, so that the rules are read, and tested, on fixed step times.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from kaliper.trace.bundle import AttemptSummary, RecordingVerdict, StepSpread, T
 
 if TYPE_CHECKING:
     from kaliper.analysis.interference import InterferenceVerdict
-    from kaliper.execution.preflight import PreflightMode
+    from kaliper.execution.neighbours.preflight import PreflightMode
 
 DEFAULT_RETIME: Final = 2
 

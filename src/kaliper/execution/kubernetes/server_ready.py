@@ -97,8 +97,8 @@ def getter(kind: ServerKind, name: str, namespace: str) -> Callable[[], dict[str
     """A GET of the object through the pod's service account (None on 404); other API errors raise."""
     import json
 
-    from kaliper.execution.kubeapi import JobApi, KubeApiError
-    from kaliper.execution.kubeapi import _describe as describe_error
+    from kaliper.execution.kubernetes.api import JobApi, KubeApiError
+    from kaliper.execution.kubernetes.api import _describe as describe_error
 
     api = JobApi.from_environment()
 

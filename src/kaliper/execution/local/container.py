@@ -2,7 +2,7 @@
 `kaliper` and `torchrun`), its declared env (field references from the pod's name, labels and annotations;
 secrets from this environment), a stack's environment, and the executable a command names.
 
-Split from kaliper.execution.local_job, which supervises the processes these describe.
+Split from kaliper.execution.local.job, which supervises the processes these describe.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from kaliper.errors import ExecutionError
-from kaliper.execution.operator_env import LOCAL_HOST
 from kaliper.jobs.interpreter import with_python
 from kaliper.jobs.kubeflow import RUNTIME_PATCH_MANAGER, TRAINER_NODE
+from kaliper.jobs.operator_env import LOCAL_HOST
 
 # torchrun is torch's console script for this module: run with the trial's interpreter, like `python`.
 TORCHRUN = "torchrun"

@@ -354,24 +354,28 @@ class AsyncClient:
                 stamp = time.perf_counter_ns()
                 whole = whole_answer(raw, self.api, self.where)
                 token(stamp)
-                self._answered(timeline, whole, on_done)
-                return
-            self._answered(timeline, await stream_answer(response, self.api, self.where, token), on_done)
-            # The rest (the chunked body's end) is read so the connection is reused, after the query
-            # was reported done: the answer ended at [DONE].
-            with contextlib.suppress(Exception):
-                await response.read()
+                answer, ended = whole, stamp
+            else:
+                answer = await stream_answer(response, self.api, self.where, token)
+                ended = time.perf_counter_ns()  # the answer ended at [DONE]
+                # The rest (the chunked body's end) is read, and the connection back in the pool, before
+                # the query is reported done: whoever sends next (a closed-loop user) reuses it.
+                with contextlib.suppress(Exception):
+                    await response.read()
+        self._answered(timeline, answer, on_done, ended)
 
-    def _answered(self, timeline: Timeline, answer: Answer, on_done: Callback | None) -> None:
+    def _answered(self, timeline: Timeline, answer: Answer, on_done: Callback | None, ended: int) -> None:
         timeline.output_tokens, timeline.output_tokens_source = answer.output_tokens
         timeline.server_input_tokens = answer.prompt_tokens
         timeline.finish_reason = answer.finish_reason
-        self._finish(timeline, on_done, None)
+        self._finish(timeline, on_done, None, ended)
 
-    def _finish(self, timeline: Timeline, on_done: Callback | None, error: str | None) -> None:
+    def _finish(
+        self, timeline: Timeline, on_done: Callback | None, error: str | None, ended: int | None = None
+    ) -> None:
         if timeline.done_ns:
             return  # reported already (the connection failed after [DONE])
-        timeline.done_ns = time.perf_counter_ns()
+        timeline.done_ns = ended or time.perf_counter_ns()
         if error is not None:
             timeline.error = error.replace(self._secret, "***") if self._secret else error
         for callback in (self.on_done, on_done):

@@ -11,9 +11,10 @@ PYTEST_WORKERS ?= 2
 SITE_DIR ?= site
 
 # Real services the tests talk to: Debian's prometheus + prometheus-pushgateway (promtool comes with
-# prometheus), Debian's chromium (headless, loads report.html) and an S3-compatible server, moto_server,
-# in its own venv (its botocore pins must not constrain Kaliper's dependencies). Without them the
-# service tests skip, or fail under KALIPER_REQUIRE_SERVICES=1 (CI).
+# prometheus), Debian's chromium (headless, loads report.html), Debian's slurm-wlm and munge (the tests
+# start a one-node Slurm cluster of their own, as root: tests/support/slurm.py) and an S3-compatible
+# server, moto_server, in its own venv (its botocore pins must not constrain Kaliper's dependencies).
+# Without them the service tests skip, or fail under KALIPER_REQUIRE_SERVICES=1 (CI).
 MOTO_VENV ?= .venv-moto
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -61,6 +62,10 @@ services: $(MOTO_VENV)/bin/moto_server
 	elif command -v apt-get >/dev/null; then \
 		$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; \
 	else echo "warning: no apt-get: install chromium yourself, or the report.html browser test skips"; fi
+	@if { command -v slurmctld || [ -x /usr/sbin/slurmctld ]; } >/dev/null && { command -v munged || [ -x /usr/sbin/munged ]; } >/dev/null; then :; \
+	elif command -v apt-get >/dev/null; then \
+		$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge; \
+	else echo "warning: no apt-get: install slurm-wlm and munge yourself, or the Slurm tests skip"; fi
 
 # uv makes this venv (no pip in it: nothing installs into it but uv), in a second where `venv` takes ten.
 $(MOTO_VENV)/bin/moto_server: | $(BIN)/uv

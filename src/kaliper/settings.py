@@ -38,6 +38,10 @@ tests/unit/settings/test_settings.py holds every other module to it, and these t
 - `kaliper/benchmarks/serve/async_client.py`: an endpoint's API token is read from the variable the spec
   names (`api_key_env`), never from the spec.
 - `kaliper/stacks/pipconfig.py`: `pip config list` runs in this environment.
+- `kaliper/execution/slurm/backend.py`: sbatch runs in this environment (Slurm exports it to the job).
+- `kaliper/execution/slurm/task.py`: a Slurm task's replica: this environment, less KALIPER_*, plus the job's.
+- `kaliper/execution/slurm/tasks.py`: every task gets this machine's S3 endpoint, retries and Pushgateway,
+  as a local replica does.
 - `kaliper/stacks/uvtool.py`: uv runs in this environment.
 - `kaliper/execution/tracing/record.py`: the recorded command runs in this environment plus the trace settings.
 - `kaliper/exec/autostep/sitecustomize.py`: runs at start-up inside the traced command, before (and
@@ -264,6 +268,8 @@ INTERFERENCE = _declare("KALIPER_INTERFERENCE", BOOL, True, TUNING, "`off`: no i
 GPU_TELEMETRY = _declare("KALIPER_GPU_TELEMETRY", BOOL, True, TUNING, "`off`: no GPU sampling through NVML.")
 CALIBRATION_DIR = _optional("KALIPER_CALIBRATION_DIR", PATH, TUNING, "The calibration probe's history (unset: `$XDG_CACHE_HOME`, else `~/.cache`, then `kaliper/calibration`).")
 SPOOL_DIR = _optional("KALIPER_SPOOL_DIR", PATH, TUNING, "The local spool (unset: `$XDG_CACHE_HOME`, else `~/.cache`, then `kaliper/spool`); a local run's replicas get it.")
+SLURM_DIR = _optional("KALIPER_SLURM_DIR", PATH, TUNING, "Where the slurm backend keeps each run's task table and logs, which its nodes must see (unset: `$XDG_CACHE_HOME`, else `~/.cache`, then `kaliper/slurm`: a home directory is shared on most clusters).")
+SLURM_POLL_S = _declare("KALIPER_SLURM_POLL_S", seconds(above=0), 1.0, TUNING, "How often the slurm backend asks the controller about a submitted job (scontrol show job).")
 STACKS_DIR = _optional("KALIPER_STACKS_DIR", PATH, TUNING, "The cache of stack environments (unset: `~/.cache/kaliper/stacks`).")
 LOG_LIMIT = _declare("KALIPER_LOG_LIMIT", whole(), 64 << 20, TUNING, "Bytes of one replica stream's log that are stored (at least 1024).", "67108864 (64 MiB)")
 REPORT_WORKERS = _optional("KALIPER_REPORT_WORKERS", whole(), TUNING, "Processes that load an experiment for a report, at least 1 (unset: one per usable core, at most 8, from 2,000 runs on).")
@@ -298,6 +304,11 @@ LOCAL_RANK = _optional("LOCAL_RANK", TEXT, POD, "torch.distributed's rank on its
 WORLD_SIZE = _optional("WORLD_SIZE", TEXT, POD, "torch.distributed's number of ranks.")
 MASTER_ADDR = _optional("MASTER_ADDR", TEXT, POD, "torch.distributed's rendezvous host.")
 MASTER_PORT = _optional("MASTER_PORT", TEXT, POD, "torch.distributed's rendezvous port.")
+SLURM_PROCID = _optional("SLURM_PROCID", TEXT, POD, "Slurm's task rank in its step: which replica a slurm backend task runs.")
+SLURM_LOCALID = _optional("SLURM_LOCALID", TEXT, POD, "Slurm's task rank on its node: a slurm backend task's LOCAL_RANK.")
+SLURM_JOB_ID = _optional("SLURM_JOB_ID", TEXT, POD, "Slurm's job id: a slurm backend job's ports derive from it.")
+SLURM_JOB_NODELIST = _optional("SLURM_JOB_NODELIST", TEXT, POD, "Slurm's nodes of the job: where a slurm backend's tasks run (MASTER_ADDR, TF_CONFIG).")
+SLURM_TASKS_PER_NODE = _optional("SLURM_TASKS_PER_NODE", TEXT, POD, "Slurm's tasks on each node (2(x3),1): the node of each slurm backend task.")
 GLOO_SOCKET_IFNAME = _optional("GLOO_SOCKET_IFNAME", TEXT, POD, "gloo's network interface: the loopback one when the master is local; recorded.")
 MALLOC_MMAP_THRESHOLD = _optional("MALLOC_MMAP_THRESHOLD_", TEXT, POD, "glibc malloc: set for trace recording and replay; recorded.")
 MALLOC_TRIM_THRESHOLD = _optional("MALLOC_TRIM_THRESHOLD_", TEXT, POD, "glibc malloc: set for trace recording and replay; recorded.")

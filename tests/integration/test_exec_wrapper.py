@@ -330,7 +330,8 @@ def test_local_run_of_an_unwrapped_command_gets_records_from_its_logs(tmp_path: 
     """`workload.wrap: false` locally: the runner reads each replica's output after the job (all of it,
     though the stored log keeps head and tail only) and writes its record (recorded_by executor)."""
     from kaliper.configurator import ExperimentPlan, TrialPlan
-    from kaliper.execution.local.runner import RunSettings, run_one
+    from kaliper.execution.executor import RunSettings
+    from kaliper.execution.local.runner import run_one
     from kaliper.metrics.rules import ExtractionRules, PatternMetric
     from kaliper.results.documents import ExperimentDoc, JobRef, StackRef, TrialDoc
 

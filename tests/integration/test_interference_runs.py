@@ -20,14 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from kaliper.configurator import configure, write_plan
+from kaliper.configurator import ExperimentPlan, configure, write_plan
+from kaliper.execution.executor import ExecutionContext, RunResult, RunSettings, backend
 from kaliper.execution.local.job import ReplicaProcess
-from kaliper.execution.local.runner import RunSettings, run_all
 from kaliper.execution.neighbours.calibration import CalibrationStore
 from kaliper.execution.neighbours.preflight import preflight
+from kaliper.execution.pipeline import execute
 from kaliper.reporter.aggregate import load_experiment
 from kaliper.spec import load_spec
-from kaliper.storage import layout, open_storage
+from kaliper.storage import Storage, layout, open_storage
 from tests.support.cli import CliRunner
 from tests.support.cpus import READY, confined, first_cpus
 
@@ -58,6 +59,12 @@ while True:
     if n % 100000 == 0 and (time.monotonic() > deadline or (watch and not alive(watch))):
         break
 """
+
+
+def run_all(storage: Storage, plan: ExperimentPlan, settings: RunSettings) -> list[RunResult]:
+    """Every run of the plan with the local backend, as `kaliper run` runs them (its run loop)."""
+    context = ExecutionContext(storage, plan, settings)
+    return execute(backend("local", context), context, lambda *_: None)
 
 
 def spin(cpu: int, watch: int = 0, seconds: float = 60.0) -> int:

@@ -66,13 +66,24 @@ def run(
             "--preflight-wait", help="How long pre-flight waits for a quiet machine (e.g. 60s, 2m, 0)."
         ),
     ] = "60s",
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            help="The backend that runs the jobs: local (processes on this machine) or slurm (a batch job a "
+            "run); overrides the spec's `executor`.",
+        ),
+    ] = None,
 ) -> None:
-    """Configure, run every trial × repetition on this machine, and write the report."""
+    """Configure, run every trial × repetition (on this machine, or as Slurm jobs), and write the report."""
     from kaliper.errors import StorageURLError
     from kaliper.spec import load_spec
+    from kaliper.spec.slurm import EXECUTORS
     from kaliper.storage import check_storage_url
 
     mode, wait_s = preflight_options(preflight, preflight_wait)
+    if executor is not None and executor not in EXECUTORS:
+        raise InputError(f"--executor: expected one of {', '.join(EXECUTORS)}, found {executor!r}")
     if storage is not None:
         try:
             check_storage_url(storage)
@@ -91,6 +102,7 @@ def run(
             stop=stop,
             preflight_mode=mode,
             preflight_wait_s=wait_s,
+            executor=executor,
         )
     document = result.report.summary_document
     if as_json:

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from kaliper.errors import InputError, RunsFailedError
+from kaliper.errors import ExecutionError, InputError, RunsFailedError
 
 if TYPE_CHECKING:
+    from kaliper.execution.executor import RunRef, RunResult
+    from kaliper.execution.kubernetes.launch import KubernetesJobExecutor
     from kaliper.results.documents import LaunchDoc
-    from kaliper.steps.chunks import Run
     from kaliper.storage import Storage as StorageType
 
 step_app = typer.Typer(
@@ -118,9 +120,10 @@ def step_launch(
     templates_json: Templates = None,
 ) -> None:
     """Create the run's TFJob/PyTorchJob, wait for its Succeeded/Failed condition, record launch.json."""
-    from kaliper.steps.chunks import Run
+    from kaliper.execution.executor import RunRef
+    from kaliper.execution.loop import run_each
 
-    _store, launch = _launcher(
+    launcher = _launcher(
         spec_text,
         storage,
         experiment,
@@ -132,7 +135,10 @@ def step_launch(
         mount_path,
         templates_json,
     )
-    doc = launch(Run(trial, repetition, job_sha256))
+    run = RunRef(trial, repetition, job_sha256)
+    (result,) = run_each(launcher.executor, [run], after_run=launcher.after_run, on_result=_raise_error)
+    doc = result.launch
+    assert doc is not None  # an error was raised by _raise_error
     print(f"job: {doc.job_name}: {doc.status} ({doc.reason})")
     if doc.status != "succeeded":
         raise RunsFailedError(_failure(doc))
@@ -159,7 +165,7 @@ def step_launch_chunk(
     """Launch the runs of one chunk of a large sweep, as `launch` does each (the chunked shape)."""
     from kaliper.steps.chunks import launch_chunk
 
-    store, launch = _launcher(
+    launcher = _launcher(
         spec_text,
         storage,
         experiment,
@@ -171,10 +177,18 @@ def step_launch_chunk(
         mount_path,
         templates_json,
     )
-    outcomes = launch_chunk(store, experiment, chunk, chunk_sha256, launch, concurrency=concurrency)
+    outcomes = launch_chunk(
+        launcher.storage,
+        experiment,
+        chunk,
+        chunk_sha256,
+        launcher.executor,
+        after_run=launcher.after_run,
+        concurrency=concurrency,
+    )
     failed = []
     for outcome in outcomes:
-        run, doc = outcome.run, outcome.doc
+        run, doc = outcome.run, outcome.launch
         if doc is None:
             print(f"run {run.trial}/{run.repetition}: error: {outcome.error}")
         else:
@@ -190,6 +204,19 @@ def step_launch_chunk(
         )
 
 
+@dataclass(frozen=True)
+class _Launcher:
+    storage: StorageType
+    executor: KubernetesJobExecutor
+    after_run: Callable[[RunRef], object]
+
+
+def _raise_error(result: RunResult) -> None:
+    """`kaliper step launch` runs one run: its backend's error is the step's (a retried step adopts it)."""
+    if result.error is not None:
+        raise ExecutionError(f"run {result.trial}/{result.repetition}: {result.error}")
+
+
 def _launcher(
     spec_text: str,
     storage: str,
@@ -201,12 +228,12 @@ def _launcher(
     volume_claim: str | None,
     mount_path: str | None,
     templates_json: str | None,
-) -> tuple[StorageType, Callable[[Run], LaunchDoc]]:
-    """The storage and one run's launch (the cluster backend, kaliper.execution.kubernetes.launch), checked
-    against the workflow's spec; a chunk reads its runs from the same storage."""
+) -> _Launcher:
+    """The storage, the cluster backend (kaliper.execution.kubernetes.launch) checked against the workflow's
+    spec, and what follows each run (the trial's samples file); a chunk reads its runs from the same
+    storage."""
     from kaliper import settings
     from kaliper.configurator.jobcheck import JobExpectations
-    from kaliper.execution.executor import RunRef
     from kaliper.execution.kubernetes.launch import KubernetesJobExecutor
     from kaliper.jobs.objects import PodOwner
     from kaliper.reporter.trial_samples import write_trial_samples
@@ -226,15 +253,10 @@ def _launcher(
         volume_claim=volume_claim,
         mount_path=mount_path,
         expect=JobExpectations.of(load_step_spec(spec_text, templates_json).spec),
-        after_run=write_trial_samples,
         # KFP has no Workflow uid: the jobs are owned by this pod, named by the downward API
         owner_pod=PodOwner.from_settings(settings.current()) if workflow_uid is None else None,
     )
-
-    def launch(run: Run) -> LaunchDoc:
-        return executor.execute(RunRef(run.trial, run.repetition, run.sha256))
-
-    return store, launch
+    return _Launcher(store, executor, lambda run: write_trial_samples(store, experiment, run.trial))
 
 
 def _failure(doc: LaunchDoc) -> str:

@@ -113,10 +113,11 @@ def _runs_to_ask(storage: Storage, experiment: ExperimentDoc, environment: bool)
                 launch = load_versioned(
                     LaunchDoc, LAUNCH_SCHEMA, storage.get(launch_key), storage.location(launch_key)
                 )
+            # a Kubernetes run's pods are judged from Prometheus; the other backends store their own
             cluster = (
                 environment
                 and launch is not None
-                and launch.executor != "local"
+                and launch.executor == "kubernetes"
                 and layout.environment_key(experiment.id, trial_id, repetition) not in keys
             )
             if not resources and not cluster:

@@ -22,16 +22,19 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kaliper.configurator import configure, write_plan
 from kaliper.configurator.baseline import require_named_baseline
 from kaliper.configurator.podenv import REGION_ENV, S3_ENDPOINT_ENV
 from kaliper.errors import InputError, KaliperError, StorageError
 from kaliper.execution import AfterRun
+from kaliper.execution.executor import ExecutionContext, Executor, RunRef, RunResult, RunSettings, backend
 from kaliper.execution.interrupt import StopRequest
-from kaliper.execution.local.runner import RunOutcome, RunSettings, run_all
+from kaliper.execution.loop import run_each
 from kaliper.execution.neighbours.calibration import CalibrationStore
 from kaliper.execution.neighbours.preflight import DEFAULT_WAIT_S, PreflightMode, PreflightResult, preflight
+from kaliper.execution.order import run_order
 from kaliper.jobs import env
 from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
 from kaliper.spec.loader import workdir_of
@@ -62,7 +65,7 @@ class Reporting(Generic[R]):
 class LocalRunResult(Generic[R]):
     experiment_id: str
     storage: SpoolingStorage
-    outcomes: list[RunOutcome]
+    outcomes: list[RunResult]
     report: R
     preflight: PreflightResult | None = None
 
@@ -72,8 +75,8 @@ class LocalRunResult(Generic[R]):
         return self.storage.stored(self.experiment_id) and not self.storage.unstored
 
     @property
-    def failed(self) -> list[RunOutcome]:
-        """Runs whose job failed (the executor's verdict)."""
+    def failed(self) -> list[RunResult]:
+        """Runs whose job failed (the backend's verdict)."""
         return [o for o in self.outcomes if not o.succeeded]
 
     @property
@@ -138,8 +141,10 @@ def run_spec(
     stop: StopRequest | None = None,
     preflight_mode: PreflightMode = "off",
     preflight_wait_s: float = DEFAULT_WAIT_S,
+    executor: str | None = None,
 ) -> LocalRunResult[R]:
-    """Configure → execute every trial × repetition on this machine → report (a report also when runs fail).
+    """Configure → execute every trial × repetition with the spec's backend (or `executor`) → report (a
+    report also when runs fail).
 
     Everything written goes through the local spool (kaliper.storage.spool), so a storage failure in the
     middle loses nothing: the run goes on, the report is made from what was measured, and the result says
@@ -171,11 +176,60 @@ def run_spec(
         cwd=cwd,
         calibration=calibration,
         pythons=pythons,
-        after_run=reporting.after_run,
     )
-    outcomes = run_all(storage, plan, console, settings)  # execute
+    name = executor or loaded.spec.executor
+    options = {"slurm": loaded.spec.slurm, "timeout_s": loaded.spec.job.timeout}
+    context = ExecutionContext(storage, plan, settings, options, console)
+    outcomes = execute(backend(name, context), context, reporting.after_run)  # execute
     report = finish_report(storage, plan.experiment.id, reporting)  # report
     return LocalRunResult(plan.experiment.id, storage, outcomes, report, checked)
+
+
+def execute(executor: Executor, context: ExecutionContext, after_run: AfterRun) -> list[RunResult]:
+    """Every repetition of every trial through the run loop (kaliper.execution.loop), interleaved
+    (kaliper.execution.order), with a progress bar; the results in run order.
+
+    When `should_stop` answers a signal, the running job is stopped and recorded as failed by its backend
+    and no further run starts: the runs not started are missing from the report."""
+    plan, storage = context.plan, context.storage
+    console = context.console or Console(stderr=True)
+    order = run_order(plan.trials, plan.experiment.repetitions)
+    points = {
+        trial.doc.id: ", ".join(f"{k}={v}" for k, v in trial.doc.matrix_point.items()) or trial.doc.stack.name
+        for _, trial in order
+    }
+    runs = [RunRef(trial.doc.id, rep) for rep, trial in order]
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(f"{plan.experiment.id}", total=len(runs))
+
+        def started(run: RunRef) -> None:
+            progress.update(task, description=f"{run.trial} ({points[run.trial]}) rep {run.repetition}")
+
+        def finished(result: RunResult) -> None:
+            if not result.succeeded:
+                progress.console.print(
+                    f"[red]failed[/red] {result.trial} rep {result.repetition}: {result.message}"
+                )
+            elif result.contended:
+                why = "; ".join(result.reasons)
+                progress.console.print(
+                    f"[yellow]contended[/yellow] {result.trial} rep {result.repetition}: {why}"
+                )
+            progress.advance(task)
+
+        results = run_each(
+            executor,
+            runs,
+            should_stop=context.settings.should_stop,
+            after_run=lambda run: after_run(storage, plan.experiment.id, run.trial),  # the samples file
+            on_start=started,
+            on_result=finished,
+        )
+        if len(results) < len(runs):
+            progress.console.print(f"[red]interrupted[/red]: {len(runs) - len(results)} runs not started")
+        progress.update(task, description=f"{plan.experiment.id}: {len(results)} of {len(runs)} runs done")
+    return results
 
 
 def open_spooled(url: str, defaults: dict[str, str] | None = None) -> SpoolingStorage:

@@ -1,14 +1,16 @@
 """The environment and labels the Kubeflow training operator (v1.9) gives each replica's pod, and those
 Kubeflow Trainer v2.3 (its torch plugin, and JobSet) give a TrainJob's node pods.
 
-Locally every replica (every node of a TrainJob) is a process on 127.0.0.1 with its own free port;
-otherwise the variables are exactly the operator's, so the same workload code runs unchanged on a cluster.
+Locally every replica (every node of a TrainJob) is a process on 127.0.0.1 with its own free port; under
+Slurm each is a task on the node Slurm chose (`hosts`); otherwise the variables are exactly the
+operator's, so the same workload code runs unchanged on a cluster, on one machine and under Slurm.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Mapping
 from contextlib import ExitStack
 from typing import Any
 
@@ -71,7 +73,11 @@ def _world_size(spec: dict[str, Any], counts: dict[str, int]) -> int:
 
 
 def pytorch_env(
-    spec: dict[str, Any], counts: dict[str, int], replica: Replica, master_port: int
+    spec: dict[str, Any],
+    counts: dict[str, int],
+    replica: Replica,
+    master_port: int,
+    master_addr: str = LOCAL_HOST,
 ) -> dict[str, str]:
     env = {"PYTHONUNBUFFERED": "1"}
     if not counts.get("Master"):
@@ -80,9 +86,9 @@ def pytorch_env(
     rank = 0 if rtype == "Master" else index + 1
     env.update(
         {
-            "MASTER_ADDR": LOCAL_HOST,
+            "MASTER_ADDR": master_addr,
             "MASTER_PORT": str(master_port),
-            "PET_MASTER_ADDR": LOCAL_HOST,
+            "PET_MASTER_ADDR": master_addr,
             "PET_MASTER_PORT": str(master_port),
             "WORLD_SIZE": str(_world_size(spec, counts)),
             "RANK": str(rank),
@@ -96,9 +102,17 @@ def pytorch_env(
     return env
 
 
-def tf_config(counts: dict[str, int], replica: Replica, ports: dict[Replica, int]) -> str:
+def tf_config(
+    counts: dict[str, int],
+    replica: Replica,
+    ports: Mapping[Replica, int],
+    hosts: Mapping[Replica, str] | None = None,
+) -> str:
+    host = hosts or {}
     cluster = {
-        rtype.lower(): [f"{LOCAL_HOST}:{ports[(rtype, i)]}" for i in range(counts[rtype])]
+        rtype.lower(): [
+            f"{host.get((rtype, i), LOCAL_HOST)}:{ports[(rtype, i)]}" for i in range(counts[rtype])
+        ]
         for rtype in TF_CLUSTER_TYPES
         if counts.get(rtype)
     }
@@ -113,15 +127,18 @@ def injected_env(
     counts: dict[str, int],
     replica: Replica,
     container: str,
-    ports: dict[Replica, int],
+    ports: Mapping[Replica, int],
+    hosts: Mapping[Replica, str] | None = None,
 ) -> dict[str, str]:
-    """What the operator adds to one container of one replica."""
+    """What the operator adds to one container of one replica. `hosts`: where each replica runs (another
+    backend's nodes: Slurm's); None: every replica on this machine's loopback (the local backend)."""
     kind = manifest["kind"]
     if kind == "PyTorchJob":
         master_port = ports.get(("Master", 0), 0)
-        return pytorch_env(manifest["spec"], counts, replica, master_port)
+        master_addr = (hosts or {}).get(("Master", 0), LOCAL_HOST)
+        return pytorch_env(manifest["spec"], counts, replica, master_port, master_addr)
     if sum(counts.values()) != 1 and container == "tensorflow":
-        return {"TF_CONFIG": tf_config(counts, replica, ports)}
+        return {"TF_CONFIG": tf_config(counts, replica, ports, hosts)}
     return {}
 
 

@@ -129,7 +129,10 @@ class LaunchDoc(Document):
     trial: str
     repetition: int
     job_name: str
-    executor: Literal["local", "kubernetes"]
+    executor: str = Field(
+        pattern=r"^[a-z][a-z0-9-]{0,31}$",
+        description="the backend that ran the job (kaliper.execution.executor: local, kubernetes, slurm, ...)",
+    )
     status: Literal["succeeded", "failed"]
     reason: str
     message: str
@@ -137,6 +140,11 @@ class LaunchDoc(Document):
     replicas: list[ReplicaLaunch]
     failure: FailureInfo | None = None
     network: str | None = Field(None, description="local runs: isolated (private loopback namespace) or host")
+    backend: dict[str, Any] | None = Field(
+        None,
+        description="what the backend says of the run beyond the phases (slurm: job id, state, exit code, queue "
+        "wait, elapsed, time limit, peak memory, nodes, exclusive)",
+    )
     recovered: dict[str, str] | None = Field(
         None,
         description="replica -> the log its record was read back from (a KALIPER_RESULT line: storing it "

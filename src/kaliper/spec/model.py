@@ -38,6 +38,7 @@ from kaliper.spec.job import (
 from kaliper.spec.kubenames import check_dns1035_label, check_dns1123_subdomain, require
 from kaliper.spec.server import DERIVED_PARAMS, ServerSpec
 from kaliper.spec.services import MonitoringSpec, ReportSpec, S3Spec, StrictModel
+from kaliper.spec.slurm import Executor, SlurmSpec
 from kaliper.spec.stack import StackSpec
 from kaliper.spec.workload import MAX_TEXT, Scalar, WorkloadSpec, param_names, placeholders
 from kaliper.storage import DEFAULT_STORAGE_URL, check_storage_url, file_path
@@ -214,6 +215,16 @@ class BenchmarkSpec(StrictModel):
     workflow: WorkflowSpec = Field(
         default_factory=WorkflowSpec,
         description="how the cluster front-ends run the steps; `kaliper run` ignores it",
+    )
+    executor: Executor = Field(
+        "local",
+        description="the backend `kaliper run` runs the jobs with: local (processes on this machine) or slurm "
+        "(one batch job a run); `--executor` overrides it",
+    )
+    slurm: SlurmSpec = Field(
+        default_factory=SlurmSpec,
+        description="a Slurm site's options (partition, account, QoS, constraint, exclusive, nodes, container "
+        "runtime, extra sbatch options) for executor slurm",
     )
     server: ServerSpec | None = Field(
         None,

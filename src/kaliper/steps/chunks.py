@@ -1,6 +1,7 @@
 """Chunks of a large cluster sweep: the configure step stores the runs (trial × repetition) in chunks and
 hands the workflow only `[{chunk, sha256}]`; a `kaliper step launch-chunk` pod reads one chunk and
-launches its runs with kaliper.execution.kubernetes.launch.launch_run, a bounded number at once.
+launches its runs through the run loop with the cluster backend (kaliper.execution.kubernetes.launch), a
+bounded number at once.
 
 A workflow node per run and a list of every run as a parameter do not fit Argo's limits at tens of
 thousands of runs (kaliper.workflows.chunking says which limits); a node per chunk and a list of chunks do.
@@ -17,12 +18,12 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kaliper.errors import InputError, Interrupted, KaliperError
-from kaliper.results.documents import LaunchDoc
+from kaliper.errors import InputError
+from kaliper.execution.executor import Executor, RunRef, RunResult
+from kaliper.execution.loop import run_each
 from kaliper.storage import Storage, dump_json, layout
 
 CHUNK_SCHEMA: Final = "kaliper.chunk/v1"
@@ -53,19 +54,6 @@ class Run:
                 f"{where}: expected {{trial: str, repetition: int, sha256: str}}, found {item!r}"
             )
         return cls(trial, repetition, sha256)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What became of one run of a chunk: its launch.json, or the error that stopped it."""
-
-    run: Run
-    doc: LaunchDoc | None = None
-    error: str | None = None
-
-    @property
-    def succeeded(self) -> bool:
-        return self.doc is not None and self.doc.status == "succeeded"
 
 
 def write_chunks(
@@ -119,29 +107,20 @@ def launch_chunk(
     experiment: str,
     chunk: int,
     sha256: str,
-    launch: Callable[[Run], LaunchDoc],
+    executor: Executor,
     *,
+    after_run: Callable[[RunRef], object] | None = None,
     concurrency: int = 1,
-) -> list[Outcome]:
-    """Launch every run of the chunk with `launch` (kaliper.execution.kubernetes.launch.launch_run for one
-    run), `concurrency` at once, in the chunk's order. A run that fails, or whose launch raises, does not stop
-    the others (the per-run shape's failFast: false); the outcomes say which. A retried chunk pod
-    finds the runs already done by their launch.json (launch_run returns it) and adopts running jobs."""
+) -> list[RunResult]:
+    """Launch every run of the chunk through the run loop (kaliper.execution.loop) with `executor` (the
+    cluster backend), `concurrency` at once, in the chunk's order. A run that fails, or whose launch raises,
+    does not stop the others (the per-run shape's failFast: false); the results say which. A retried chunk
+    pod finds the runs already done by their launch.json (launch_run returns it) and adopts running jobs."""
     runs = read_chunk(storage, experiment, chunk, sha256)
 
-    def one(run: Run) -> Outcome:
-        try:
-            return Outcome(run, doc=launch(run))
-        except Interrupted:
-            raise
-        except Exception as exc:  # one run's error is that run's outcome, not the chunk's end
-            if isinstance(exc, KaliperError):  # a stated reason: no traceback needed
-                log.error("run %s/%s of chunk %s: %s", run.trial, run.repetition, chunk, exc)
-            else:
-                log.exception("run %s/%s of chunk %s", run.trial, run.repetition, chunk)
-            return Outcome(run, error=f"{type(exc).__name__}: {exc}")
+    def said(result: RunResult) -> None:
+        if result.error is not None:
+            log.error("run %s/%s of chunk %s: %s", result.trial, result.repetition, chunk, result.error)
 
-    if concurrency <= 1 or len(runs) <= 1:
-        return [one(run) for run in runs]
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"chunk{chunk}") as pool:
-        return list(pool.map(one, runs))
+    refs = [RunRef(run.trial, run.repetition, run.sha256) for run in runs]
+    return run_each(executor, refs, after_run=after_run, on_result=said, concurrency=concurrency)

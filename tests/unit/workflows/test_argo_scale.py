@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import yaml
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from kaliper.errors import InputError
+from kaliper.execution.executor import RunRef, RunResult
 from kaliper.results.documents import LaunchDoc
 from kaliper.spec import LoadedSpec, load_spec, spec_from_text
 from kaliper.steps.chunks import Run, launch_chunk, read_chunk, write_chunks
@@ -236,33 +239,46 @@ def _doc(run: Run, status: str = "succeeded") -> LaunchDoc:
     )
 
 
+@dataclass
+class Launches:
+    """A backend (kaliper.execution.executor.Executor) that records what it was asked to launch and
+    answers with `answer(run)`'s launch document: the chunk's side of the cluster backend."""
+
+    answer: Callable[[RunRef], LaunchDoc]
+    launched: list[RunRef] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    name: str = "kubernetes"
+
+    def execute(self, run: RunRef) -> RunResult:
+        with self.lock:
+            self.launched.append(run)
+        return RunResult.of_launch(run, self.answer(run))
+
+
 @pytest.mark.parametrize("concurrency", [1, 3])
 def test_a_chunk_launch_launches_exactly_its_runs(tmp_path: Path, concurrency: int) -> None:
     storage, runs, fan_out = _stored_chunks(tmp_path)
     assert [f["chunk"] for f in fan_out] == [0, 1, 2]  # 10 runs in chunks of 4: 4, 4, 2
-    launched: list[Run] = []
-    lock = threading.Lock()
-
-    def launch(run: Run) -> LaunchDoc:
-        with lock:
-            launched.append(run)
-        return _doc(run)
-
-    outcomes = launch_chunk(storage, EXPERIMENT, 1, fan_out[1]["sha256"], launch, concurrency=concurrency)
-    expected = [Run(**r) for r in runs[4:8]]
+    backend = Launches(lambda run: _doc(Run(run.trial, run.repetition, run.job_sha256 or "")))
+    after: list[RunRef] = []
+    outcomes = launch_chunk(
+        storage, EXPERIMENT, 1, fan_out[1]["sha256"], backend, after_run=after.append, concurrency=concurrency
+    )
+    expected = [RunRef(r["trial"], r["repetition"], r["sha256"]) for r in runs[4:8]]
     assert [o.run for o in outcomes] == expected and all(o.succeeded for o in outcomes)
-    assert sorted(launched, key=expected.index) == expected
+    assert sorted(backend.launched, key=expected.index) == expected
+    assert sorted(after, key=expected.index) == expected  # what follows each run: once each, by the loop
 
 
 def test_one_failed_or_broken_run_does_not_stop_the_chunk(tmp_path: Path) -> None:
     storage, _, fan_out = _stored_chunks(tmp_path)
 
-    def launch(run: Run) -> LaunchDoc:
+    def answer(run: RunRef) -> LaunchDoc:
         if run.trial == "t000":
             raise InputError("job.yaml changed")
-        return _doc(run, "failed" if run.trial == "t001" else "succeeded")
+        return _doc(Run(run.trial, run.repetition, ""), "failed" if run.trial == "t001" else "succeeded")
 
-    outcomes = launch_chunk(storage, EXPERIMENT, 0, fan_out[0]["sha256"], launch)
+    outcomes = launch_chunk(storage, EXPERIMENT, 0, fan_out[0]["sha256"], Launches(answer))
     assert [(o.run.trial, o.succeeded) for o in outcomes] == [
         ("t000", False),
         ("t001", False),

@@ -30,8 +30,7 @@ from typing import Any, Final
 from kaliper.configurator import read_job
 from kaliper.configurator.jobcheck import JobExpectations, manifest_problem
 from kaliper.errors import ExecutionError, InputError
-from kaliper.execution import AfterRun
-from kaliper.execution.executor import RunRef
+from kaliper.execution.executor import RunRef, RunResult
 from kaliper.execution.kubernetes.api import JobApi, KubeApiError
 from kaliper.execution.kubernetes.jobstate import (
     JobState,
@@ -131,11 +130,14 @@ class KubernetesJobExecutor:
     mount_path: str | None = None
     api: JobApi | None = None
     expect: JobExpectations | None = None
-    after_run: AfterRun | None = None
     owner_pod: PodOwner | None = None
     workflow_namespace: str | None = None
+    name: str = "kubernetes"
 
-    def execute(self, run: RunRef) -> LaunchDoc:
+    def execute(self, run: RunRef) -> RunResult:
+        return RunResult.of_launch(run, self.launch(run))
+
+    def launch(self, run: RunRef) -> LaunchDoc:
         return launch_run(
             self.storage,
             self.experiment,
@@ -149,7 +151,6 @@ class KubernetesJobExecutor:
             api=self.api,
             job_sha256=run.job_sha256,
             expect=self.expect,
-            after_run=self.after_run,
             owner_pod=self.owner_pod,
             workflow_namespace=self.workflow_namespace,
         )
@@ -169,7 +170,6 @@ def launch_run(
     api: JobApi | None = None,
     job_sha256: str | None = None,
     expect: JobExpectations | None = None,
-    after_run: AfterRun | None = None,
     owner_pod: PodOwner | None = None,
     workflow_namespace: str | None = None,
 ) -> LaunchDoc:
@@ -177,8 +177,8 @@ def launch_run(
 
     The benchmark pods can write to storage, so job.yaml is created only when its sha256 is the one the
     configure step passed on (`job_sha256`, from the workflow's runs list) and it passes the manifest
-    checks again (`expect`: the workflow's spec; without it, the stored trial and spec). `after_run`: what
-    the caller does once launch.json is stored (`kaliper step launch`: the trial's samples file).
+    checks again (`expect`: the workflow's spec; without it, the stored trial and spec). What follows the
+    run (the trial's samples file) is the run loop's (kaliper.execution.loop).
     `owner_pod`: the job's owner when no `workflow_uid` is given (kaliper.jobs.objects.PodOwner).
     `workflow_namespace`: the Workflow's (`{{workflow.namespace}}`); without it, this pod's, which is the
     Workflow's under Argo. A job in another namespace than its owner's gets no owner, with a warning.
@@ -229,8 +229,6 @@ def launch_run(
         lambda t, i: f"{namespace}/{t}-{i} log",
     )
     recorder.finish(doc)
-    if after_run is not None:
-        after_run(storage, experiment, trial)  # after the trial's last run: what the report reads
     return doc
 
 

@@ -10,33 +10,32 @@ earlier ones are kept under `runs/<repetition>/attempts/<n>/`, so nothing is eve
 reporter sees one run per repetition. Runs are interleaved by repetition, and stack by stack within one
 matrix point (kaliper.execution.order), so slow drift of a shared machine does not read as a difference.
 Each trial's replicas run with its stack's interpreter (`RunSettings.pythons`, kaliper.stacks).
-Configuring before and reporting after is the `run` command's (kaliper.cli.run).
+Which runs run and in what order is the run loop's (kaliper.execution.loop); configuring before and
+reporting after is `kaliper run`'s (kaliper.execution.pipeline). The backend itself:
+kaliper.execution.local.backend.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kaliper import settings as kaliper_settings  # `settings` here are a run's (RunSettings)
 from kaliper.configurator import ExperimentPlan, TrialPlan
 from kaliper.errors import InputError
 from kaliper.exec.command import framework_version
-from kaliper.execution import AfterRun
-from kaliper.execution.executor import RunRef
+from kaliper.execution.executor import RunRef, RunResult, RunSettings
 from kaliper.execution.fromlogs import local_provenance
 from kaliper.execution.local.job import JobResult, LocalJob, ReplicaProcess
 from kaliper.execution.neighbours.calibration import CalibrationStore
 from kaliper.execution.neighbours.environment import RunMonitor, interference_of
-from kaliper.execution.order import run_order
 from kaliper.execution.recorder import LOG_TAIL_LINES, RunRecorder
 from kaliper.jobs import env as env_names
 from kaliper.jobs.kubeflow import Replica, primary_replica, replica_id, replica_name
@@ -57,100 +56,6 @@ from kaliper.storage import Storage, layout, open_storage
 GPU_FIGURES = tuple(name for name, _, _ in GPU_FIGURE_DEFS)
 
 
-@dataclass(frozen=True)
-class RunOutcome:
-    trial: str
-    repetition: int
-    succeeded: bool
-    reason: str
-    message: str
-    verdict: str = "unknown"  # the interference verdict: quiet, contended, unknown (not measured)
-    attempt: int = 0  # 0, or n for the n-th re-run of a contended repetition
-    reasons: tuple[str, ...] = ()
-
-    @property
-    def contended(self) -> bool:
-        return self.verdict == "contended"
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """How runs are supervised: `should_stop` is polled (local.interrupt), `env` goes to every replica."""
-
-    should_stop: Callable[[], int | None] | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    cwd: Path | None = None  # working directory of the replicas (a command workload's workdir)
-    # This machine's probe history (kaliper.execution.neighbours.calibration); None: the default store.
-    calibration: CalibrationStore | None = None
-    # Called with each replica right after it started, after the runner's own followers.
-    on_start: Callable[[ReplicaProcess], None] | None = None
-    # Stack name → the interpreter of its environment (kaliper.stacks); a stack not here runs with Kaliper's.
-    pythons: Mapping[str, str] = field(default_factory=dict)
-    # What the caller does after each run of a trial (`kaliper run`: the reporter's samples file, which
-    # this layer does not know; kaliper.execution.pipeline wires it in).
-    after_run: AfterRun | None = None
-
-
-def run_all(
-    storage: Storage,
-    plan: ExperimentPlan,
-    console: Console | None = None,
-    settings: RunSettings | None = None,
-) -> list[RunOutcome]:
-    """Run every repetition of every trial, interleaved, with a progress bar; the outcomes in run order.
-
-    When `settings.should_stop` answers a signal, the running job is stopped and recorded as failed and
-    no further run starts: the runs not started are missing from the report.
-    """
-    console = console or Console(stderr=True)
-    settings = settings or RunSettings()
-    outcomes: list[RunOutcome] = []
-    runs = run_order(plan.trials, plan.experiment.repetitions)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task(f"{plan.experiment.id}", total=len(runs))
-        executor = LocalProcessExecutor(storage, plan, settings, progress.console)
-        for rep, trial in runs:
-            if settings.should_stop is not None and settings.should_stop() is not None:
-                progress.console.print(
-                    f"[red]interrupted[/red]: {len(runs) - len(outcomes)} runs not started"
-                )
-                break
-            point = ", ".join(f"{k}={v}" for k, v in trial.doc.matrix_point.items()) or trial.doc.stack.name
-            progress.update(task, description=f"{trial.doc.id} ({point}) rep {rep}")
-            outcome = executor.execute(RunRef(trial.doc.id, rep))
-            if settings.after_run is not None:
-                settings.after_run(
-                    storage, plan.experiment.id, trial.doc.id
-                )  # the samples file, after its last
-            outcomes.append(outcome)
-            if not outcome.succeeded:
-                progress.console.print(f"[red]failed[/red] {trial.doc.id} rep {rep}: {outcome.message}")
-            elif outcome.contended:
-                why = "; ".join(outcome.reasons)
-                progress.console.print(f"[yellow]contended[/yellow] {trial.doc.id} rep {rep}: {why}")
-            progress.advance(task)
-        progress.update(task, description=f"{plan.experiment.id}: {len(outcomes)} of {len(runs)} runs done")
-    return outcomes
-
-
-@dataclass
-class LocalProcessExecutor:
-    """The local backend (kaliper.execution.executor): a run's job as processes on this machine."""
-
-    storage: Storage
-    plan: ExperimentPlan
-    settings: RunSettings
-    console: Console | None = None
-
-    def __post_init__(self) -> None:
-        self._trials = {trial.doc.id: trial for trial in self.plan.trials}
-
-    def execute(self, run: RunRef) -> RunOutcome:
-        trial = self._trials[run.trial]
-        return run_repetition(self.storage, self.plan, trial, run.repetition, self.settings, self.console)
-
-
 def run_repetition(
     storage: Storage,
     plan: ExperimentPlan,
@@ -158,7 +63,7 @@ def run_repetition(
     repetition: int,
     settings: RunSettings | None = None,
     console: Console | None = None,
-) -> RunOutcome:
+) -> RunResult:
     """One repetition, run again while it is contended and `retry_contended` allows (see the module doc)."""
     settings = settings or RunSettings()
     spec = interference_of(plan.experiment.sampling)
@@ -201,7 +106,7 @@ def run_one(
     repetition: int,
     settings: RunSettings | None = None,
     attempt: int = 0,
-) -> RunOutcome:
+) -> RunResult:
     """Execute one repetition of one trial and store its logs, launch.json, any failure records, and
     (unless `sampling.interference.enabled` is false) its environment.json."""
     settings = settings or RunSettings()
@@ -281,15 +186,8 @@ def run_one(
         store_environment(storage, environment)
         verdict, reasons = environment.verdict, tuple(environment.reasons)
     recorder.finish(launch)
-    return RunOutcome(
-        trial.doc.id,
-        repetition,
-        result.succeeded,
-        result.condition.reason,
-        result.condition.message,
-        verdict,
-        attempt,
-        reasons,
+    return RunResult.of_launch(
+        RunRef(trial.doc.id, repetition), launch, verdict=verdict, reasons=reasons, attempt=attempt
     )
 
 

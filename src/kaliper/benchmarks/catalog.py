@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kaliper.benchmarks.collective.formulas import OPS as COLLECTIVE_OPS
 from kaliper.benchmarks.params import Param, ParamSet, ParamValue
 from kaliper.benchmarks.serve import config as serve_config
 from kaliper.benchmarks.torch_compile import MODES as COMPILE_MODES
@@ -408,6 +409,35 @@ SERVE = WorkloadDef(
     shown=serve_config.shown_params,
 )
 
+COLLECTIVE = WorkloadDef(
+    name="collective",
+    summary="a torch.distributed collective (all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, "
+    "send_recv) over the job's ranks: time, algorithm and bus bandwidth as nccl-tests define them, the result "
+    "checked",
+    params=ParamSet(
+        (
+            Param("op", str, "all_reduce", "the collective", choices=COLLECTIVE_OPS),
+            Param(
+                "size",
+                int,
+                1 << 20,
+                "S in bytes, nccl-tests' way: the whole array (all_gather, reduce_scatter, all_to_all) or each "
+                "rank's buffer (all_reduce, broadcast, send_recv)",
+                minimum=1,
+                maximum=1 << 34,
+            ),
+            Param(
+                "dtype", str, "float32", "element type", choices=("float32", "float64", "bfloat16", "float16")
+            ),
+            COMMON_DEVICE,
+            COMMON_THREADS,
+            COMMON_CALLS,
+        )
+    ),
+    implementations={"pytorch": "kaliper.benchmarks.collective.collective_torch:run"},
+    version="1",
+)
+
 WORKLOADS: dict[str, WorkloadDef] = {
     w.name: w
     for w in (
@@ -420,6 +450,7 @@ WORKLOADS: dict[str, WorkloadDef] = {
         TRANSFORMER_INFER,
         TRACE_REPLAY,
         SERVE,
+        COLLECTIVE,
     )
 }
 

@@ -155,6 +155,16 @@ def _pair_current(value: Any) -> Any:
     return value
 
 
+def _nvlink_links(nvml: Any, handle: Any) -> int | None:
+    """How many of the GPU's NVLink links are active; None when this binding has no NVLink call. A GPU
+    without NVLink answers NotSupported for every link: 0, which is what decides "over PCIe"."""
+    if getattr(nvml, "nvmlDeviceGetNvLinkState", None) is None:
+        return None
+    enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
+    links = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
+    return sum(1 for link in range(links) if _call(nvml, "nvmlDeviceGetNvLinkState", handle, link) == enabled)
+
+
 def device_facts(nvml: Any, index: int) -> dict[str, Any]:
     """One GPU's static facts (keys with no answer are left out)."""
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -192,6 +202,7 @@ def device_facts(nvml: Any, index: int) -> dict[str, Any]:
         "mig_mode": bool(mig) if mig is not None else None,
         "pcie_generation": _call(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", handle),
         "pcie_width": _call(nvml, "nvmlDeviceGetCurrPcieLinkWidth", handle),
+        "nvlink_active_links": _nvlink_links(nvml, handle),
         "vbios": _text(vbios) if vbios is not None else None,
         "compute_capability": f"{cc[0]}.{cc[1]}" if cc is not None else None,
         "source": "nvml",

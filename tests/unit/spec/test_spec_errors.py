@@ -123,8 +123,8 @@ CASES = [
         replace("name: pi-matmul", "name: pi-matmull"),
         (
             "workload.name: unknown workload 'pi-matmull'",
-            "(built-in workloads: cnn-infer, cnn-train, pi-conv2d, pi-import, pi-matmul, serve, trace-replay, "
-            "transformer-infer, transformer-train)",
+            "(built-in workloads: cnn-infer, cnn-train, collective, pi-conv2d, pi-import, pi-matmul, serve, "
+            "trace-replay, transformer-infer, transformer-train)",
         ),
     ),
     Case(

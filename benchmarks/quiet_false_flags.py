@@ -37,7 +37,7 @@ import psutil
 import yaml
 from interference import neighbours  # benchmarks/interference.py, beside this script
 
-from kaliper.reporter.aggregate import load_experiment
+from kaliper.reporter.loading.aggregate import load_experiment
 from kaliper.storage import open_storage
 
 ROOT = Path(__file__).resolve().parent.parent

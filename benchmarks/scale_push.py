@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support
 from kaliper.monitoring.metrics import REPORT_TIMESTAMP, SUMMARY_JOB  # noqa: E402
-from kaliper.reporter.report import Report  # noqa: E402
+from kaliper.reporter.building.report import Report  # noqa: E402
 from kaliper.reporter.writers.push_summary import FAMILIES, push_summary, summary_groups  # noqa: E402
 from kaliper.storage import open_storage  # noqa: E402
 from tests.support.prom_services import Pushgateway  # noqa: E402
@@ -50,7 +50,7 @@ def per_fingerprint(report: Report, url: str) -> int:
     prometheus_client's registry and push_to_gateway as Kaliper did before."""
     from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 
-    from kaliper.reporter.fingerprint import fingerprint
+    from kaliper.reporter.loading.fingerprint import fingerprint
 
     count = 0
     for trial in report.result.trials:

@@ -52,7 +52,7 @@ import hashlib, json, sys, time
 mode, url, exp = sys.argv[1:4]
 t0 = time.perf_counter()
 import kaliper.reporter as reporter
-from kaliper.reporter import aggregate
+from kaliper.reporter.loading import aggregate
 from kaliper.results import samples as compact
 from kaliper.storage import layout, open_storage
 if mode == "old":

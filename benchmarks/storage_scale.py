@@ -174,8 +174,8 @@ CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import kaliper.reporter as reporter
-from kaliper.reporter import aggregate
-from kaliper.reporter import report as report_module
+from kaliper.reporter.building import report as report_module
+from kaliper.reporter.loading import aggregate
 from kaliper.storage import open_storage
 t1 = time.perf_counter()
 mode, url, exp = sys.argv[1:4]

@@ -11,7 +11,7 @@ import pytest
 
 from kaliper.cli.process import reporting
 from kaliper.execution.pipeline import run_spec
-from kaliper.reporter.history import detect, stack_diff
+from kaliper.reporter.comparison.history import detect, stack_diff
 from kaliper.results.record import load_record
 from kaliper.spec import load_spec
 from kaliper.storage import layout

@@ -44,7 +44,7 @@ from kaliper.execution.cluster_documents import NOTHING, store_cluster_documents
 from kaliper.execution.cluster_environment import query_environment
 from kaliper.monitoring.deadline import prometheus_budget
 from kaliper.reporter import write_report
-from kaliper.reporter.report import build_report
+from kaliper.reporter.building.report import build_report
 from kaliper.results.documents import to_document
 from kaliper.storage import layout, open_storage
 from kaliper.storage.base import dump_json

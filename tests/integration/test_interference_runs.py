@@ -26,7 +26,7 @@ from kaliper.execution.local.job import ReplicaProcess
 from kaliper.execution.neighbours.calibration import CalibrationStore
 from kaliper.execution.neighbours.preflight import preflight
 from kaliper.execution.pipeline import execute
-from kaliper.reporter.aggregate import load_experiment
+from kaliper.reporter.loading.aggregate import load_experiment
 from kaliper.spec import load_spec
 from kaliper.storage import Storage, layout, open_storage
 from tests.support.cli import CliRunner
@@ -262,7 +262,7 @@ def test_load_during_some_repetitions_is_flagged_and_kept_out_of_the_numbers(
     machine's drift is shared: the median of the paired ratios); comparing the loaded experiment with the quiet one gives no `slower`;
     counting the contended runs (`include_contended`) would have moved the median by more than that."""
     from kaliper.execution.local.runner import run_one
-    from kaliper.reporter.compare import compare_experiments
+    from kaliper.reporter.comparison.compare import compare_experiments
 
     for name in ("KALIPER_PROMETHEUS", "KALIPER_PUSHGATEWAY"):
         monkeypatch.delenv(name, raising=False)

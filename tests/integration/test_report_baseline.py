@@ -17,7 +17,7 @@ import yaml
 from kaliper.errors import InputError, NotFoundError
 from kaliper.monitoring.metrics import RESULT_VERDICT
 from kaliper.reporter import write_report
-from kaliper.reporter.compare import compare_document, compare_experiments
+from kaliper.reporter.comparison.compare import compare_document, compare_experiments
 from kaliper.storage import Storage, layout, open_storage
 from tests.support.cli import CliRunner
 from tests.support.prom_services import Pushgateway, pushgateway_fixture  # noqa: F401 - registers the fixture

@@ -19,10 +19,10 @@ import pytest
 
 from kaliper.cli.process import reporting
 from kaliper.execution.pipeline import run_spec
-from kaliper.reporter.baseline import ReportComparisons
-from kaliper.reporter.compare import Side, compare_results
-from kaliper.reporter.formatting import format_number as num
-from kaliper.reporter.report import Report, build_report
+from kaliper.reporter.building.formatting import format_number as num
+from kaliper.reporter.building.report import Report, build_report
+from kaliper.reporter.comparison.baseline import ReportComparisons
+from kaliper.reporter.comparison.compare import Side, compare_results
 from kaliper.reporter.writers.html import report_html
 from kaliper.reporter.writers.html_page import page_shell
 from kaliper.spec import load_spec
@@ -275,7 +275,7 @@ def report_html_with_injection() -> str:
 
 
 def test_comparisons_show_ratios_cis_and_verdicts(matmul: dict[str, Any]) -> None:
-    """The report's comparison tables (kaliper.reporter.baseline): here the experiment against itself."""
+    """The report's comparison tables (kaliper.reporter.comparison.baseline): here the experiment against itself."""
     report = matmul["result"]
     result = report.result
     exp = result.experiment.id

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 
 from kaliper.errors import InputError
-from kaliper.reporter import write_report
-from kaliper.reporter.aggregate import ENV_WORKERS, load_experiment, report_workers
-from kaliper.reporter.baseline import ReportComparisons
-from kaliper.reporter.gpu import DETAIL_TRIALS
-from kaliper.reporter.report import report_and_tables
-from kaliper.reporter.summary import summary_document
+from kaliper.reporter import report_and_tables, write_report
+from kaliper.reporter.building.gpu import DETAIL_TRIALS
+from kaliper.reporter.building.summary import summary_document
+from kaliper.reporter.comparison.baseline import ReportComparisons
+from kaliper.reporter.loading.aggregate import ENV_WORKERS, load_experiment, report_workers
 from kaliper.reporter.writers.html import report_html
 from kaliper.reporter.writers.outputs import report_markdown, results_csv
 from kaliper.reporter.writers.parquet import results_parquet

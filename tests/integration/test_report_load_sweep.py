@@ -21,7 +21,7 @@ import pytest
 
 from kaliper.analysis.load_sweep import sweep_answer
 from kaliper.benchmarks.serve.sweep import sweep_points
-from kaliper.reporter.formatting import format_number as num
+from kaliper.reporter.building.formatting import format_number as num
 from tests.integration.test_report_html_chromium import dump_dom, plot_counts
 from tests.support.paths import REPO
 

@@ -16,7 +16,7 @@ from kaliper.execution.cluster_documents import run_window, store_cluster_docume
 from kaliper.execution.pipeline import run_spec
 from kaliper.monitoring.sampler import LocalSampler
 from kaliper.reporter import write_report
-from kaliper.reporter.aggregate import load_experiment
+from kaliper.reporter.loading.aggregate import load_experiment
 from kaliper.results.resources import load_resources
 from kaliper.spec import load_spec
 from kaliper.storage import layout, open_storage

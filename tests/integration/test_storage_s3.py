@@ -19,7 +19,7 @@ import urllib3.exceptions
 from minio.error import ServerError
 
 from kaliper.errors import InputError, NotFoundError, ObjectExistsError, StorageError, StorageURLError
-from kaliper.reporter.aggregate import load_experiment, run_medians
+from kaliper.reporter.loading.aggregate import load_experiment, run_medians
 from kaliper.results.protocol import RESULT_LINE_PREFIX, RunIdentity, failure_record, store_record
 from kaliper.results.record import load_record
 from kaliper.storage import check_storage_url, dump_json, layout, open_storage

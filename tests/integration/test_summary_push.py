@@ -13,9 +13,9 @@ from kaliper.cli.process import reporting
 from kaliper.execution.pipeline import run_spec
 from kaliper.monitoring.metrics import SUMMARY_JOB
 from kaliper.reporter import write_report
-from kaliper.reporter.aggregate import load_experiment
-from kaliper.reporter.fingerprint import fingerprint
-from kaliper.reporter.report import build_report
+from kaliper.reporter.building.report import build_report
+from kaliper.reporter.loading.aggregate import load_experiment
+from kaliper.reporter.loading.fingerprint import fingerprint
 from kaliper.reporter.writers.push_summary import push_summary
 from kaliper.spec import load_spec
 from kaliper.storage import open_storage

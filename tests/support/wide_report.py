@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from kaliper.reporter.aggregate import TrialResult
-from kaliper.reporter.fingerprint import fingerprint
-from kaliper.reporter.report import Report, build_report
+from kaliper.reporter.building.report import Report, build_report
+from kaliper.reporter.loading.aggregate import TrialResult
+from kaliper.reporter.loading.fingerprint import fingerprint
 from kaliper.storage import Storage
 from tests.support.synthetic import SPEC, build_records, plan_spec, write_experiment
 

@@ -27,7 +27,6 @@ from typing import Literal
 import numpy as np
 
 from kaliper.analysis.binomial import lower_median_rank
-from kaliper.analysis.pickling import quick_pickle
 from kaliper.analysis.terms import DEFAULT_CONFIDENCE, DEFAULT_TARGET_REL_CI
 
 BOOTSTRAP_RESAMPLES = 2000
@@ -308,7 +307,6 @@ def hierarchical_bootstrap_median(
 # ---------------------------------------------------------------------------------------- one run
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class RunStats:
     """Summary of one run's timed samples."""
@@ -388,7 +386,6 @@ def run_stats_many(runs: Sequence[np.ndarray], confidence: float = DEFAULT_CONFI
 # ---------------------------------------------------------------------------------------- one trial
 
 
-@quick_pickle
 @dataclass(frozen=True)
 class TrialStats:
     """A trial's runs: the headline median with its CI, variance components and where effort pays off."""

@@ -1,4 +1,4 @@
-"""`kaliper compare A B`: is stack B faster, slower or equivalent to stack A (see reporter/compare.py)."""
+"""`kaliper compare A B`: is stack B faster, slower or equivalent to stack A (see kaliper.reporter.comparison.compare)."""
 
 from __future__ import annotations
 
@@ -46,14 +46,8 @@ def compare_command(
     input.
     """
     from kaliper.cli.process import report_building
-    from kaliper.reporter.compare import (
-        HEADERS,
-        compare_document,
-        compare_experiments,
-        compare_markdown,
-        contended_line,
-        table_rows,
-    )
+    from kaliper.reporter.building.verdict_tables import HEADERS, compare_markdown, contended_line, table_rows
+    from kaliper.reporter.comparison.compare import compare_document, compare_experiments
     from kaliper.storage import dump_json, open_storage
 
     store_a = open_storage(storage)

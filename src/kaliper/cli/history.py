@@ -45,7 +45,7 @@ def history(
     ] = False,
 ) -> None:
     """Series per fingerprint (workload, params, declared stack, hardware) across experiments; steps named."""
-    from kaliper.reporter.history import analyse, history_document, load_history
+    from kaliper.reporter.comparison.history import analyse, history_document, load_history
     from kaliper.storage import open_storage
 
     if not 0 < threshold < 1:

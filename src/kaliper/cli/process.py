@@ -1,12 +1,12 @@
 """Process-wide settings, set by the entry points that build reports, never by library functions.
 
 A report of 100,000 runs makes millions of small objects and a few large buffers. Two settings of the
-whole process make that cheaper (kaliper.reporter.bulk: no cyclic garbage collection while they are made;
+whole process make that cheaper (kaliper.reporter.loading.bulk: no cyclic garbage collection while they are made;
 glibc's mmap threshold held, so large freed buffers go back to the system). They change the process, so
 the commands that build reports (`kaliper run`'s report step, `kaliper report`, `kaliper compare`,
 `kaliper step report`) set them here, around that work; a program that imports the reporter as a library
 keeps its own settings. The reporter's loading processes set the same in their own entry
-(kaliper.reporter.aggregate._load_chunk).
+(kaliper.reporter.loading.aggregate._load_chunk).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from kaliper.execution.cluster_documents import store_cluster_documents
 from kaliper.execution.pipeline import Reporting
 from kaliper.reporter import ReportPaths, write_report
-from kaliper.reporter.bulk import bulk, steady_malloc
-from kaliper.reporter.trial_samples import write_trial_samples
+from kaliper.reporter.loading.bulk import bulk, steady_malloc
+from kaliper.reporter.loading.trial_samples import write_trial_samples
 from kaliper.storage import Storage
 
 

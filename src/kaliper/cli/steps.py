@@ -236,7 +236,7 @@ def _launcher(
     from kaliper.configurator.jobcheck import JobExpectations
     from kaliper.execution.kubernetes.launch import KubernetesJobExecutor
     from kaliper.jobs.objects import PodOwner
-    from kaliper.reporter.trial_samples import write_trial_samples
+    from kaliper.reporter.loading.trial_samples import write_trial_samples
     from kaliper.steps.configure import load_step_spec
     from kaliper.storage import open_storage
 

@@ -82,7 +82,7 @@ def _primary(
     storage: Storage, experiment: str, trial: TrialDoc, repetition: int, keys: set[str]
 ) -> ResultRecord | None:
     """The run's primary record as the reporter reads it: the stored one, unless it is the executor's
-    stand-in and the replica printed its record in its stored stdout log (kaliper.reporter.recovered)."""
+    stand-in and the replica printed its record in its stored stdout log (kaliper.reporter.loading.recovered)."""
     rtype, index = primary_replica(trial.job.kind, trial.job.replicas)
     key = layout.record_key(experiment, trial.id, repetition, rtype, index)
     stored = load_record(storage.get(key), storage.location(key)) if key in keys else None

@@ -6,6 +6,12 @@ which storage accepts as a no-op. A stored report that differs (one written by a
 is never overwritten silently: the reporter refuses with the file that differs, and `replace=True`
 (`kaliper report --replace`) first keeps the old files under report/replaced/<UTC stamp>/ and then
 rewrites report/ through `Storage.replace`, the one write storage allows on existing objects.
+
+Its rooms, each importing only those below it (an import-linter contract in pyproject.toml): `loading`
+(the stored documents → runs and trials, chunk by chunk with their rows of results.csv and results.parquet,
+in worker processes for a large experiment), `comparison` (against the baseline, stack against stack,
+history), `building` (the report object: summary.json's document and the sections every format shares),
+`writers` (the files and the push). `write_report`, here above them all, runs them in that order.
 """
 
 from __future__ import annotations
@@ -15,11 +21,14 @@ from datetime import UTC, datetime
 
 from kaliper.errors import InputError
 from kaliper.execution.cluster_documents import NOTHING, Unstored
-from kaliper.reporter.report import Report, ReportTables, build_report, report_and_tables
+from kaliper.reporter.building.report import Report, build_report, report_of
+from kaliper.reporter.comparison.baseline import compare_for_report
+from kaliper.reporter.loading.tables import ResultTables, load_tables, loading_pool
 from kaliper.reporter.writers.html import report_html
 from kaliper.reporter.writers.outputs import report_markdown, results_csv
 from kaliper.reporter.writers.parquet import results_parquet
 from kaliper.reporter.writers.push_summary import push_summary
+from kaliper.results.readers import read_experiment
 from kaliper.storage import Storage, dump_json, layout
 
 REPORT_FILES = ("summary.json", "results.csv", "results.parquet", "report.md", "report.html")
@@ -90,19 +99,22 @@ def write_report(
     The process settings that make a large report cheaper (no cyclic garbage collection while it is
     built, glibc's mmap threshold held) are its caller's: kaliper.cli.process.report_building.
     """
-    tables: dict[str, bytes] = {}
-
-    def write_tables(rows: ReportTables) -> None:
-        # As soon as the experiment is loaded, so its rows are dropped before the rest of the report is
-        # made; results.parquet first: its Arrow buffers peak while no other file is held yet.
-        tables["results.parquet"] = results_parquet(rows)
-        tables["results.csv"] = results_csv(rows).encode()
-
-    report = build_report(storage, experiment_id, include_contended, unstored, write_tables)
+    experiment = read_experiment(storage, experiment_id)
+    with loading_pool(storage, experiment) as pool:  # it loads the experiment, then its baseline
+        tables = load_tables(storage, experiment, include_contended, unstored, pool)
+        # The two files of the rows as soon as the experiment is loaded, and the rows dropped: they are not
+        # held while the comparisons, the summary, report.md and report.html are made. results.parquet
+        # first: its Arrow buffers peak while no other file is held yet.
+        parquet = results_parquet(tables)
+        csv = results_csv(tables).encode()
+        result = tables.result()
+        del tables
+        comparisons = compare_for_report(storage, result, pool)  # the baseline, and stack against stack
+    report = report_of(result, comparisons)
     files = {
         "summary.json": dump_json(report.summary),
-        "results.csv": tables["results.csv"],
-        "results.parquet": tables["results.parquet"],
+        "results.csv": csv,
+        "results.parquet": parquet,
         "report.md": report_markdown(report).encode(),
         "report.html": report_html(report).encode(),
     }
@@ -139,12 +151,25 @@ def write_report(
     )
 
 
+def report_and_tables(
+    storage: Storage, experiment_id: str, include_contended: bool = False, unstored: Unstored = NOTHING
+) -> tuple[Report, ResultTables]:
+    """The report and the loaded experiment's rows, both kept (for a caller that writes the tables after
+    the report: `write_report` makes them first and drops them)."""
+    experiment = read_experiment(storage, experiment_id)
+    with loading_pool(storage, experiment) as pool:
+        tables = load_tables(storage, experiment, include_contended, unstored, pool)
+        result = tables.result()
+        comparisons = compare_for_report(storage, result, pool)
+    return report_of(result, comparisons), tables
+
+
 __all__ = [
     "REPORT_FILES",
     "Report",
     "ReportDiffersError",
     "ReportPaths",
-    "ReportTables",
+    "ResultTables",
     "build_report",
     "report_and_tables",
     "write_report",

@@ -1,7 +1,7 @@
 """What the reporter keeps of a `serve` record's `derived`: the run's point on a load sweep's curve.
 
 The record views drop `derived` (kaliper.results.views); a serve run's figures that the report's "Load
-sweep" section reads (kaliper.reporter.load_sweep) are kept here instead: LoadGen's scenario and
+sweep" section reads (kaliper.reporter.building.load_sweep) are kept here instead: LoadGen's scenario and
 verdict, the target and achieved QPS, the latency at the bound's percentile and the bound, the queries
 that failed, and goodput with its SLOs where the run measured it. Hashable and small; a compact entry
 (kaliper.results.samples) holds it as a list.
@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kaliper.analysis.load_sweep import CLOSED_LOOP, LoadPoint, point_from_derived
-from kaliper.analysis.pickling import quick_pickle
 
 # The built-in workload whose records carry a load point. Its compact entries always have a `load` item
 # (null without a point): an entry without one was written before load points were kept, and is read
@@ -40,7 +39,6 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class LoadView:
     """One run of a serve workload as a point of its load sweep."""

@@ -80,7 +80,7 @@ class RepetitionCounts(Document):
 
 
 class HardwareClass(Document):
-    """What must match for two results to be comparable (kaliper.reporter.fingerprint.hardware_class)."""
+    """What must match for two results to be comparable (kaliper.reporter.loading.fingerprint.hardware_class)."""
 
     cpu_model: str | None
     arch: str

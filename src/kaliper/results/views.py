@@ -22,7 +22,6 @@ import numpy as np
 import orjson
 from pydantic import TypeAdapter
 
-from kaliper.analysis.pickling import quick_pickle
 from kaliper.jobs.kubeflow import replica_name
 from kaliper.results.documents import FailureInfo, LaunchDoc
 from kaliper.results.load_view import SERVE_WORKLOAD, LoadView
@@ -52,7 +51,6 @@ def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class MetricView:
     unit: str
@@ -75,7 +73,6 @@ RECORDING_VERDICTS = ("quiet", "contended", "unstable", "unknown")
 SPREAD_FIELDS = ("steps", "median_ms", "min_ms", "max_ms", "iqr_over_median", "max_over_min")
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class StepSpreadView:
     """The recording's timed steps (kaliper.trace.bundle.StepSpread): what its spread rule read."""
@@ -88,7 +85,6 @@ class StepSpreadView:
     max_over_min: float
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class RecordingView:
     """How the trace a replay replayed was judged when it was recorded (kaliper.trace.bundle.TraceJudgement,
@@ -166,7 +162,6 @@ def _spread(values: list[Any], strict: bool = False) -> StepSpreadView | None:
         return None
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class RecordView:
     experiment: str
@@ -195,7 +190,6 @@ class RecordView:
         return replica_name(self.replica_type, self.replica_index)
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class LaunchView:
     status: str  # succeeded | failed

@@ -1,5 +1,5 @@
 """Derived data kept in storage beside the documents it follows from: one contract for every such cache
-(a trial's samples file, kaliper.results.samples; a report's comparisons, kaliper.reporter.compare_cache).
+(a trial's samples file, kaliper.results.samples; a report's comparisons, kaliper.reporter.comparison.compare_cache).
 
 - Its key names what it was derived from: a digest of its inputs and its schema version (the caller
   makes the name), so a file derived from other inputs is never read in their place.

@@ -86,7 +86,7 @@ def samples_key(experiment: str, trial: str, name: str) -> str:
 
 def comparisons_key(experiment: str, digest: str) -> str:
     """A report's comparisons of this experiment with its baseline or between its stacks
-    (kaliper.reporter.compare_cache): derived, named by the sha256 of everything they follow from."""
+    (kaliper.reporter.comparison.compare_cache): derived, named by the sha256 of everything they follow from."""
     return f"{experiment_prefix(experiment)}/{SAMPLES_FOLDER}/comparisons-{digest}.json"
 
 

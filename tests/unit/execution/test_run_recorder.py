@@ -23,7 +23,7 @@ from kaliper.execution.fromlogs import local_provenance
 from kaliper.execution.recorder import RunRecorder
 from kaliper.jobs.kubeflow import REPLICA_TYPES, primary_replica
 from kaliper.reporter import write_report
-from kaliper.reporter.aggregate import load_experiment
+from kaliper.reporter.loading.aggregate import load_experiment
 from kaliper.results.documents import LAUNCH_SCHEMA, LaunchDoc, load_versioned, to_document
 from kaliper.results.protocol import RunIdentity, printed_record, result_line
 from kaliper.results.record import load_record

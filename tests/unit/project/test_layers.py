@@ -54,7 +54,7 @@ def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # A foundation reaching up: the metrics layer must not know the reporter.
         (
             "metrics/rules.py",
-            "import kaliper.reporter.formatting",
+            "import kaliper.reporter.building.formatting",
             "kaliper.metrics is not allowed to import kaliper.reporter",
         ),
         # The same reach, hidden in a function (lazy imports count).
@@ -79,3 +79,44 @@ def test_the_contracts_bite(package_copy: Path, module: str, line: str, broken: 
         target.write_text(original)
     assert result.returncode == 1, result.stdout + result.stderr
     assert broken in result.stdout, result.stdout
+
+
+def test_the_reporter_keeps_its_rooms(tmp_path: Path) -> None:
+    result = _lint(REPO / "src", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Reporter rooms KEPT" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "broken"),
+    [
+        # Loading reaching up to building, hidden in a function (lazy imports count).
+        (
+            "reporter/loading/csv_rows.py",
+            "def _late() -> None:\n    import kaliper.reporter.building.formatting",
+            "kaliper.reporter.loading is not allowed to import kaliper.reporter.building",
+        ),
+        # Comparison naming a writer's type for the type checker only (type-only imports count).
+        (
+            "reporter/comparison/compare.py",
+            "if TYPE_CHECKING:\n    from kaliper.reporter.writers.parquet import results_parquet",
+            "kaliper.reporter.comparison is not allowed to import kaliper.reporter.writers",
+        ),
+        # A module of the reporter in no room (the contract is exhaustive).
+        ("reporter/stray.py", "import kaliper.reporter.loading.model", "Reporter rooms BROKEN"),
+    ],
+)
+def test_the_reporter_rooms_bite(package_copy: Path, module: str, line: str, broken: str) -> None:
+    target = package_copy / "src" / "kaliper" / module
+    original = target.read_text() if target.exists() else None
+    try:
+        prefix = "from typing import TYPE_CHECKING\n" if "TYPE_CHECKING" in line else ""
+        target.write_text((original or "") + "\n" + prefix + line + "\n")
+        result = _lint(package_copy / "src", package_copy)
+    finally:
+        if original is None:
+            target.unlink()
+        else:
+            target.write_text(original)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Reporter rooms BROKEN" in result.stdout and broken in result.stdout, result.stdout

@@ -1,7 +1,7 @@
-"""A report's baseline loaded light (kaliper.reporter.aggregate `light`: only what the comparison reads,
+"""A report's baseline loaded light (kaliper.reporter.loading.aggregate `light`: only what the comparison reads,
 from the baseline's fresh samples files) gives the report the bytes of a full load of it, with one
 process or a pool, and with contended runs; a trial whose samples file is not fresh is loaded in full. The comparisons are kept
-(kaliper.reporter.compare_cache): a rerun reads them, with the same bytes, and never figures of other samples."""
+(kaliper.reporter.comparison.compare_cache): a rerun reads them, with the same bytes, and never figures of other samples."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-import kaliper.reporter.aggregate as aggregate
-import kaliper.reporter.baseline as baseline
-import kaliper.reporter.compare as reporter_compare
+import kaliper.reporter.comparison.baseline as baseline
+import kaliper.reporter.comparison.compare as reporter_compare
+import kaliper.reporter.loading.aggregate as aggregate
 from kaliper.analysis.statistics import bootstrap_medians, bootstrap_medians_many
 from kaliper.analysis.verdicts import RatioComparison, compare, compare_many, mannwhitney_pvalues
 from kaliper.reporter import REPORT_FILES, write_report
-from kaliper.reporter.aggregate import ExperimentResult, RunResult, load_experiment
-from kaliper.reporter.compare_cache import ComparisonCache, FamilyDigest
+from kaliper.reporter.comparison.compare_cache import ComparisonCache, FamilyDigest
+from kaliper.reporter.loading.aggregate import ExperimentResult, RunResult, load_experiment
 from kaliper.results.record import RecordLoader
 from kaliper.storage import Storage, layout, open_storage
 from tests.support.synthetic import reported_pair
@@ -145,7 +145,7 @@ def test_batched_comparisons_equal_single_ones() -> None:
     assert [repr(p) for p in mannwhitney_pvalues(pairs)] == [repr(p) for p in want]
 
 
-# --- the comparisons kept (kaliper.reporter.compare_cache) ---------------------------------------------
+# --- the comparisons kept (kaliper.reporter.comparison.compare_cache) ---------------------------------------------
 
 
 def kept_files(root: Path, exp: str) -> list[Path]:

@@ -21,9 +21,10 @@ import pytest
 from kaliper.analysis.verdicts import quiet_shortfall
 from kaliper.monitoring.metrics import RESULT_LEFT_OUT, RUN_CONTENDED
 from kaliper.reporter import build_report, write_report
-from kaliper.reporter.aggregate import load_experiment
-from kaliper.reporter.compare import compare_document, compare_experiments, compare_markdown
-from kaliper.reporter.history import analyse, history_document, load_history
+from kaliper.reporter.building.verdict_tables import compare_markdown
+from kaliper.reporter.comparison.compare import compare_document, compare_experiments
+from kaliper.reporter.comparison.history import analyse, history_document, load_history
+from kaliper.reporter.loading.aggregate import load_experiment
 from kaliper.reporter.writers.push_summary import summary_groups
 from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.results.summary import load_summary

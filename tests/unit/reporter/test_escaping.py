@@ -19,8 +19,9 @@ import pytest
 import yaml
 
 from kaliper.configurator import write_plan
-from kaliper.reporter.formatting import csv_cell, md_fence, md_text
-from kaliper.reporter.report import Report, ReportTables, report_and_tables
+from kaliper.reporter import Report, ResultTables, report_and_tables
+from kaliper.reporter.building.formatting import md_fence, md_text
+from kaliper.reporter.loading.csv_rows import csv_cell
 from kaliper.reporter.writers.html import report_html
 from kaliper.reporter.writers.html_page import SCRIPT
 from kaliper.reporter.writers.outputs import report_markdown, results_csv
@@ -56,17 +57,17 @@ def _record(data: bytes, edit: dict[str, Any]) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def report(built: tuple[Report, ReportTables]) -> Report:
+def report(built: tuple[Report, ResultTables]) -> Report:
     return built[0]
 
 
 @pytest.fixture(scope="module")
-def tables(built: tuple[Report, ReportTables]) -> ReportTables:
+def tables(built: tuple[Report, ResultTables]) -> ResultTables:
     return built[1]
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Report, ReportTables]:
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Report, ResultTables]:
     """One trial per hostile string (as a swept `label`), the last run failed with a hostile error."""
     with pytest.MonkeyPatch.context() as mp:
         for name in ("KALIPER_PROMETHEUS", "KALIPER_PUSHGATEWAY"):
@@ -216,7 +217,7 @@ def test_report_md_has_no_raw_markup_and_tables_keep_their_shape(report: Report)
 # ---------------------------------------------------------------------------------------------- results.csv
 
 
-def test_results_csv_has_no_formulatable_cells(tables: ReportTables) -> None:
+def test_results_csv_has_no_formulatable_cells(tables: ResultTables) -> None:
     rows = list(csv.reader(io.StringIO(results_csv(tables))))
     header, body = rows[0], rows[1:]
     assert len(body) == len(HOSTILE)

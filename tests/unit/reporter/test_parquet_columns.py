@@ -1,4 +1,4 @@
-"""results.parquet's columns built from buffers (kaliper.reporter.arrow_columns): the arrays `pa.array`
+"""results.parquet's columns built from buffers (kaliper.reporter.loading.arrow_columns): the arrays `pa.array`
 makes, without importing pandas; and the file's bytes do not depend on how many trials a chunk holds."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
-import kaliper.reporter.parquet_rows as parquet_rows
+import kaliper.reporter.loading.parquet_rows as parquet_rows
 import kaliper.reporter.writers.parquet as parquet
-from kaliper.reporter.arrow_columns import arrow_column, indices, list_column
-from kaliper.reporter.report import report_and_tables
-from kaliper.reporter.workers import ENV_WORKERS
+from kaliper.reporter import report_and_tables
+from kaliper.reporter.loading.arrow_columns import arrow_column, indices, list_column
+from kaliper.reporter.loading.workers import ENV_WORKERS
 from kaliper.storage import open_storage
 from tests.support.synthetic import build_records, plan_spec, sweep_doc, write_experiment
 
@@ -65,7 +65,7 @@ def test_no_pandas_is_imported() -> None:
         import sys
         import numpy as np
         import pyarrow as pa, pyarrow.parquet as pq
-        from kaliper.reporter.arrow_columns import arrow_column, indices, list_column
+        from kaliper.reporter.loading.arrow_columns import arrow_column, indices, list_column
         arrays = [arrow_column(["a", None], "string"), arrow_column([1, None], "int32"),
                   arrow_column([True, None], "bool"), list_column([np.array([1.0]), None])]
         table = pa.Table.from_arrays(arrays, names=list("abcd")).take(indices([1, 0]))

@@ -1,5 +1,6 @@
 """Rows of results.csv and results.parquet made chunk by chunk where the trials are loaded
-(kaliper.reporter.csv_rows, kaliper.reporter.parquet_rows; kaliper.reporter.report.ReportChunk) give the
+(kaliper.reporter.loading.csv_rows, kaliper.reporter.loading.parquet_rows; what loading hands back for a
+chunk: kaliper.reporter.loading.tables.LoadedChunk) give the
 files one process writes, byte for byte, whatever the chunks hold: a chunk of one stack in an experiment of
 two, a chunk without environment documents in an experiment with some, a chunk whose records name fewer
 parameters or metrics than the experiment's."""
@@ -14,12 +15,15 @@ from typing import Any
 
 import pytest
 
-import kaliper.reporter.aggregate as aggregate
-import kaliper.reporter.report as report_module
+import kaliper.reporter as reporter
+import kaliper.reporter.building.report as building_report
+import kaliper.reporter.loading.aggregate as aggregate
 from kaliper.reporter import REPORT_FILES, report_and_tables, write_report
-from kaliper.reporter.baseline import compare_for_report
-from kaliper.reporter.csv_rows import CsvRows, csv_rows, csv_shape, widen
+from kaliper.reporter.comparison.baseline import compare_for_report
+from kaliper.reporter.loading.csv_rows import CsvRows, csv_rows, csv_shape, widen
+from kaliper.reporter.loading.tables import LoadedChunk, ResultTables
 from kaliper.reporter.writers.outputs import results_csv
+from kaliper.reporter.writers.parquet import results_parquet
 from kaliper.results.environment import EnvironmentDoc, store_environment
 from kaliper.storage import Storage, layout, open_storage
 from tests.support.synthetic import build_records, plan_spec, runs_of, sweep_doc, write_experiment
@@ -112,24 +116,26 @@ def test_the_rows_are_written_and_dropped_before_the_comparisons(
 ) -> None:
     """write_report makes results.csv and results.parquet as soon as the experiment is loaded; no chunk
     with its rows is alive while the comparisons (and after them the summary, report.md, report.html)
-    are made, so a large report does not hold every run's rows to the end."""
+    are made, so a large report does not hold every run's rows to the end. build_report keeps none."""
     storage, exp = experiment(tmp_path, stacks=False, environment=False)
     seen: list[str] = []
-    made = report_module.ReportChunk
-
-    def tables(rows: report_module.ReportTables) -> None:
-        seen.append(f"tables of {len(rows.trials)} trials")
 
     def comparisons(*args: Any, **kwargs: Any) -> Any:
         alive = sum(
-            1 for o in gc.get_objects() if type(o) is made
+            1 for o in gc.get_objects() if type(o) is LoadedChunk
         )  # type(): a dead weak proxy raises on isinstance
         seen.append(f"comparisons with {alive} chunks alive")
         return compare_for_report(*args, **kwargs)
 
-    monkeypatch.setattr(report_module, "compare_for_report", comparisons)
-    report_module.build_report(storage, exp, tables=tables)
-    assert seen == ["tables of 12 trials", "comparisons with 0 chunks alive"]
-    seen.clear()
+    def parquet(tables: ResultTables) -> bytes:
+        seen.append(f"results.parquet of {len(tables.trials)} trials")
+        return results_parquet(tables)
+
+    monkeypatch.setattr(reporter, "compare_for_report", comparisons)
+    monkeypatch.setattr(reporter, "results_parquet", parquet)
+    monkeypatch.setattr(building_report, "compare_for_report", comparisons)
     write_report(storage, exp)
+    assert seen == ["results.parquet of 12 trials", "comparisons with 0 chunks alive"]
+    seen.clear()
+    building_report.build_report(storage, exp)
     assert seen == ["comparisons with 0 chunks alive"]

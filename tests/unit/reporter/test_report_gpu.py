@@ -20,8 +20,8 @@ import pytest
 
 from kaliper.monitoring.gpu_window import GpuWindow
 from kaliper.monitoring.nvml import gpu_provenance
-from kaliper.reporter.gpu import clock_events_text, gpu_description, gpus_text
-from kaliper.reporter.report import Report, build_report
+from kaliper.reporter.building.gpu import clock_events_text, gpu_description, gpus_text
+from kaliper.reporter.building.report import Report, build_report
 from kaliper.reporter.writers.html import report_html
 from kaliper.reporter.writers.html_page import SCRIPT
 from kaliper.reporter.writers.outputs import report_markdown

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from kaliper.reporter.formatting import format_number as num
+from kaliper.reporter.building.formatting import format_number as num
 from kaliper.reporter.writers.html_page import SCRIPT, page_shell
 from kaliper.reporter.writers.plots import (
     Box,

@@ -30,8 +30,8 @@ from kaliper.benchmarks.serve.recorded import ServeRun, measurement
 from kaliper.jobs.kubeflow import primary_replica
 from kaliper.metrics.sampling import SamplingRule
 from kaliper.reporter import write_report
-from kaliper.reporter.load_sweep import load_sweeps
-from kaliper.reporter.report import Report, build_report
+from kaliper.reporter.building.load_sweep import load_sweeps
+from kaliper.reporter.building.report import Report, build_report
 from kaliper.reporter.writers.html import report_html
 from kaliper.reporter.writers.html_page import SCRIPT
 from kaliper.reporter.writers.outputs import report_markdown

@@ -23,8 +23,8 @@ import pytest
 from kaliper.analysis.interference import InterferenceVerdict
 from kaliper.execution.tracing.judgement import SpreadLimits, judge_recording, step_spread
 from kaliper.reporter import write_report
-from kaliper.reporter.aggregate import load_experiment
-from kaliper.reporter.report import Report, build_report
+from kaliper.reporter.building.report import Report, build_report
+from kaliper.reporter.loading.aggregate import load_experiment
 from kaliper.reporter.writers.html import report_html
 from kaliper.reporter.writers.html_page import STYLE_CONTENDED
 from kaliper.reporter.writers.outputs import report_markdown

@@ -16,7 +16,7 @@ import pytest
 from kaliper.configurator import write_plan
 from kaliper.execution.cluster_documents import Unstored, store_cluster_documents
 from kaliper.reporter import build_report, write_report
-from kaliper.reporter.report import NOT_ASKED
+from kaliper.reporter.loading.tables import NOT_ASKED
 from kaliper.results.documents import to_document
 from kaliper.storage import Storage, layout, open_storage
 from tests.support.prom_services import free_port

@@ -1,11 +1,11 @@
-"""What differs between two stacks as their records show it (kaliper.reporter.stackdiff): pure logic on
+"""What differs between two stacks as their records show it (kaliper.reporter.comparison.stackdiff): pure logic on
 hand-built record stacks."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kaliper.reporter.stackdiff import (
+from kaliper.reporter.comparison.stackdiff import (
     NOTHING,
     Difference,
     difference_lines,

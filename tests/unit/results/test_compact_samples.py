@@ -10,13 +10,13 @@ from typing import Any
 import orjson
 import pytest
 
-import kaliper.reporter.aggregate as aggregate
+import kaliper.reporter.loading.aggregate as aggregate
 from kaliper.errors import SchemaVersionError
 from kaliper.reporter import REPORT_FILES, write_report
-from kaliper.reporter.aggregate import ExperimentResult, load_experiment
-from kaliper.reporter.baseline import ReportComparisons
-from kaliper.reporter.summary import summary_document
-from kaliper.reporter.trial_samples import write_trial_samples
+from kaliper.reporter.building.summary import summary_document
+from kaliper.reporter.comparison.baseline import ReportComparisons
+from kaliper.reporter.loading.aggregate import ExperimentResult, load_experiment
+from kaliper.reporter.loading.trial_samples import write_trial_samples
 from kaliper.results.documents import ResourcesDoc, to_document
 from kaliper.results.environment import EnvironmentDoc
 from kaliper.results.samples import (

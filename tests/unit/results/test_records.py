@@ -394,7 +394,7 @@ def test_record_loader_errors_are_load_records(
 
 
 def test_hardware_class_names_gpu_models_as_provenance_records_them(measured_record: ResultRecord) -> None:
-    from kaliper.reporter.fingerprint import hardware_class, hardware_label
+    from kaliper.reporter.loading.fingerprint import hardware_class, hardware_label
 
     gpus = [{"index": 0, "model": "NVIDIA H100 80GB HBM3", "driver": "580", "memory_bytes": 1, "uuid": "u"}]
     with_gpu = measured_record.model_copy(

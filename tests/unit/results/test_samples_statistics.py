@@ -11,12 +11,12 @@ from typing import Any
 import orjson
 import pytest
 
-import kaliper.reporter.aggregate as aggregate
+import kaliper.reporter.loading.aggregate as aggregate
 from kaliper.analysis.statistics import RunStats, TrialStats, run_stats_many, trial_stats
 from kaliper.reporter import REPORT_FILES, write_report
-from kaliper.reporter.aggregate import ExperimentResult, load_experiment
-from kaliper.reporter.baseline import ReportComparisons
-from kaliper.reporter.summary import summary_document
+from kaliper.reporter.building.summary import summary_document
+from kaliper.reporter.comparison.baseline import ReportComparisons
+from kaliper.reporter.loading.aggregate import ExperimentResult, load_experiment
 from kaliper.results.samples import (
     SAMPLES_SCHEMA,
     SamplesCodec,

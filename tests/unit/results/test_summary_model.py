@@ -19,7 +19,7 @@ import pytest
 
 from kaliper.errors import SchemaVersionError
 from kaliper.reporter import write_report
-from kaliper.reporter.history import load_history
+from kaliper.reporter.comparison.history import load_history
 from kaliper.results.documents import to_document
 from kaliper.results.summary import SUMMARY_SCHEMA, SummaryDoc, load_summary
 from kaliper.storage import Storage, layout, open_storage

@@ -1,7 +1,7 @@
 """A QPS sweep's answer in a terminal, from its records:
 `python -m kaliper.benchmarks.serve.sweep <storage root>/experiments/<experiment-id>`.
 
-The report's "Load sweep" section (kaliper.reporter.load_sweep) is the full answer: per group of runs
+The report's "Load sweep" section (kaliper.reporter.building.load_sweep) is the full answer: per group of runs
 that differ only in target QPS, the table, the answer in words and, in report.html, the
 latency-throughput curve. This prints the short form without writing a report: one row per run
 (target, achieved QPS, latency at the bound's percentile, and VALID where LoadGen said so and every

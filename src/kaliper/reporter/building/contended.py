@@ -1,11 +1,13 @@
-"""What every report says about runs judged `contended` (kaliper.results.environment): which ones, why,
-and how many were left out of the statistics.
+"""What every report says about runs judged `contended` (kaliper.results.environment) and about trace
+recordings' judgements: summary.json's per-trial `interference` block, the per-run column, the method
+note, the recording lines.
 
 A contended run is kept and shown (its row, its figures) but left out of its trial's median, CI, the
-comparisons and history by default; `include_contended` counts it. The texts here are the one wording
-of that, shared by summary.json, results.csv, report.md, report.html, `kaliper compare` and the push.
-All of it appears only when at least one run of the experiment has an environment document: a report
-of an experiment from before they existed is byte-identical to what it always was.
+comparisons and history by default; `include_contended` counts it. Which runs, why and how many were left
+out is worded once, in kaliper.reporter.loading.interference (the rows of results.csv and results.parquet
+and the comparisons say it too); this builds the reports' sections on it. All of it appears only when at
+least one run of the experiment has an environment document: a report of an experiment from before they
+existed is byte-identical to what it always was.
 
 A trace replay's fidelity has a denominator measured once, when the trace was recorded; the recording
 was judged then as a run is (kaliper.execution.tracing.record) and each replay's record carries that judgement
@@ -18,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kaliper.reporter.aggregate import RunResult, TrialMetric, TrialResult, trial_metrics
+from kaliper.reporter.loading.aggregate import trial_metrics
+from kaliper.reporter.loading.interference import MAX_REASONS, left_out_note, run_reason
+from kaliper.reporter.loading.model import RunResult, TrialMetric, TrialResult
 from kaliper.results.views import RecordingView
 
-MAX_REASONS = 3  # distinct reasons quoted in a note; the rest are counted
 MAX_NAMED_TRIALS = 20  # trials named in a recording line; the others are counted
 DISTURBED = ("contended", "unstable")  # recordings whose step time is not a quiet measurement
 RECORDING_NOTE = (
@@ -29,13 +32,6 @@ RECORDING_NOTE = (
     "the recording was judged then as a run is (neighbours, calibration probe, the timed steps' spread): "
     "quiet, contended or unstable (stored only with --accept-contended), or unknown (not judged)."
 )
-
-
-def run_reason(run: RunResult) -> str:
-    """Why the run was judged as it was, in one line ('' for quiet and unknown runs)."""
-    if run.environment is None or run.environment.verdict != "contended":
-        return ""
-    return "; ".join(run.environment.reasons) or "contended (no reason recorded)"
 
 
 def run_notes(run: RunResult) -> list[str]:
@@ -51,33 +47,6 @@ def run_label(run: RunResult) -> str:
     label = f"contended: {reason}" if reason else run.interference
     notes = run_notes(run)
     return f"{label} (notes: {'; '.join(notes)})" if notes else label
-
-
-def reasons_text(runs: list[RunResult]) -> str:
-    """The distinct reasons of contended runs, in run order, at most MAX_REASONS quoted."""
-    reasons = list(dict.fromkeys(run_reason(r) for r in runs if run_reason(r)))
-    text = "; ".join(reasons[:MAX_REASONS])
-    if len(reasons) > MAX_REASONS:
-        text += f"; and {len(reasons) - MAX_REASONS} other reason(s)"
-    return text
-
-
-def left_out_note(trial: TrialResult) -> str | None:
-    """e.g. `2 of 5 runs left out: contended (other processes used 47% of 2 cores)`; for a trial whose
-    contended runs were included, says so; None when no measured run was contended."""
-    measured = trial.measured_runs
-    contended = [r for r in measured if r.contended]
-    if not contended:
-        return None
-    n, total = len(contended), len(measured)
-    if trial.include_contended:
-        return f"{n} of {total} runs contended, included (--include-contended): {reasons_text(contended)}"
-    return f"{n} of {total} runs left out: contended ({reasons_text(contended)})"
-
-
-def quiet_count(trial: TrialResult) -> int:
-    """Measured runs that count as quiet (`quiet` or `unknown`)."""
-    return sum(1 for r in trial.measured_runs if not r.contended)
 
 
 def with_contended(trial: TrialResult) -> dict[str, TrialMetric]:

@@ -2,36 +2,21 @@
 
 Untrusted text is anything from a spec, a record or a run (parameters, trial and stack names, errors, log
 tails, package names): report.md escapes it for Markdown tables and for the HTML a Markdown renderer
-passes through (md_text), puts log tails in fences they cannot close (md_fence), and results.csv keeps
-spreadsheets from reading it as a formula (csv_cell). report.html escapes with plots.esc.
+passes through (md_text) and puts log tails in fences they cannot close (md_fence); report.html escapes
+with plots.esc. results.csv keeps spreadsheets from reading it as a formula with
+kaliper.reporter.loading.csv_rows.csv_cell: its rows are made where the trials are loaded.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kaliper.benchmarks.catalog import WORKLOADS, get_workload
-from kaliper.reporter.aggregate import RunResult, TrialResult
+from kaliper.reporter.loading.model import RunResult, TrialResult
 from kaliper.results.load_view import SERVE_WORKLOAD  # the workload whose samples LoadGen takes
-
-# The packages a benchmark is usually about: the provenance table shows them, and a list of what differs
-# between two stacks puts them first, so that cutting a long list never hides them.
-KEY_PACKAGES = (
-    "torch",
-    "tensorflow",
-    "tensorflow-cpu",
-    "keras",
-    "jax",
-    "jaxlib",
-    "numpy",
-    "scipy",
-    "intel-extension-for-pytorch",
-    "onnxruntime",
-    "kaliper",
-)
 
 
 def format_number(value: float | None) -> str:
@@ -100,19 +85,6 @@ def md_fence(text: str, indent: str = "") -> list[str]:
     longest = max((len(run) for run in _BACKTICKS.findall(text)), default=0)
     fence = "`" * max(3, longest + 1)
     return [indent + fence, *(indent + line for line in text.splitlines()), indent + fence]
-
-
-# Cells a spreadsheet would read as a formula (OWASP, "CSV Injection"): text starting with one of these.
-FORMULA_START = frozenset("=+-@\t\r")
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-
-
-def csv_cell(value: Any) -> Any:
-    """A results.csv cell: text that would start a formula gets a leading `'`; numbers (and text that is
-    just a number, such as "-5") stay as they are so they stay numeric."""
-    if isinstance(value, str) and value[:1] in FORMULA_START and not _NUMBER.fullmatch(value):
-        return "'" + value
-    return value
 
 
 def workload_label(workload: dict[str, Any]) -> str:
@@ -189,9 +161,3 @@ def sampling_text(workload: dict[str, Any], s: dict[str, Any], trials: Sequence[
         f"{s['confidence']:.0%} distribution-free CI of the median is within {s['target_rel_ci']:.1%} of the median "
         f"on two consecutive checks, or {s['max_samples']} samples, or {s['max_time_s']:g} s."
     )
-
-
-def several_stacks(trials: Iterable[TrialResult]) -> bool:
-    """Whether the experiment compares stacks: its result tables then name each trial's stack (a
-    one-stack report keeps the columns it always had)."""
-    return len({t.doc.stack.name for t in trials}) > 1

@@ -14,22 +14,22 @@ When a run of the experiment has an environment document, every trial gets an `i
 `contended` count; otherwise none of these keys is written, so the summary of an older experiment stays
 what it was. Likewise GPUs: `provenance.gpus` (the GPUs in words, "4 × NVIDIA H200, driver 580.159.04,
 700 W") only when a record says anything of GPUs, and a trial's `efficiency` (each throughput metric
-per joule of GPU energy, median over its quiet runs: kaliper.reporter.gpu) only when its runs measured
+per joule of GPU energy, median over its quiet runs: kaliper.reporter.building.gpu) only when its runs measured
 GPU energy. And a trace replay's trial gets `recordings` (how the trace was judged when it was recorded:
-kaliper.reporter.contended) only when its records carry a judgement.
+kaliper.reporter.building.contended) only when its records carry a judgement.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kaliper.reporter.aggregate import ExperimentResult, TrialMetric, TrialResult
-from kaliper.reporter.baseline import ReportComparisons
-from kaliper.reporter.compare import PairedMetric
-from kaliper.reporter.contended import trial_interference, trial_recordings_summary
-from kaliper.reporter.fingerprint import fingerprint, hardware_class
-from kaliper.reporter.gpu import efficiency_summary, experiment_gpus
-from kaliper.reporter.verdict_tables import comparisons_summary, verdict_entry
+from kaliper.reporter.building.contended import trial_interference, trial_recordings_summary
+from kaliper.reporter.building.gpu import efficiency_summary, experiment_gpus
+from kaliper.reporter.building.verdict_tables import comparisons_summary, verdict_entry
+from kaliper.reporter.comparison.baseline import ReportComparisons
+from kaliper.reporter.comparison.compare import PairedMetric
+from kaliper.reporter.loading.aggregate import ExperimentResult, TrialMetric, TrialResult
+from kaliper.reporter.loading.fingerprint import fingerprint, hardware_class
 from kaliper.results.summary import SUMMARY_SCHEMA
 
 CI_METHOD = "hierarchical-bootstrap"
@@ -114,7 +114,7 @@ def _trial_summary(
 
 def _provenance(result: ExperimentResult) -> dict[str, Any]:
     records = [r for r in result.all_records() if r.recorded_by == "workload"]
-    # The records' GPUs in words (kaliper.reporter.gpu), only when some record says anything of GPUs.
+    # The records' GPUs in words (kaliper.reporter.building.gpu), only when some record says anything of GPUs.
     gpus = experiment_gpus({id(r.hardware): r.hardware for r in records}.values())
     return {
         "stack_ids": sorted({r.stack.id for r in records}),

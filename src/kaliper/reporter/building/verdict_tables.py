@@ -1,10 +1,11 @@
-"""The report's comparisons (kaliper.reporter.baseline) as summary.json sections and table rows.
+"""Comparisons (kaliper.reporter.comparison) as tables: a report's as summary.json sections and table rows,
+and `kaliper compare`'s Markdown (`table_rows`, `compare_markdown`).
 
 summary.json gets a `comparisons` section (settings, the baseline and why there is none, every
 comparison as `kaliper compare --json` writes it) and, per trial metric, a `baseline` entry with the
 verdict against the baseline (what `kaliper history`, the Pushgateway and Grafana show). report.md and
 report.html show the same rows. With several stacks, each stack comparison also says what the records
-show differs between the two stacks (kaliper.reporter.stackdiff): in summary.json as `stack_differences`,
+show differs between the two stacks (kaliper.reporter.comparison.stackdiff): in summary.json as `stack_differences`,
 next to `stacks` rather than inside its entries, which stay exactly what `kaliper compare --json` writes.
 """
 
@@ -14,10 +15,84 @@ from dataclasses import dataclass
 from typing import Any
 
 from kaliper.analysis.terms import VERDICTS
-from kaliper.reporter.baseline import ReportComparisons
-from kaliper.reporter.compare import HEADERS, ExperimentComparison, PairedMetric, compare_document, table_rows
-from kaliper.reporter.formatting import md_text
-from kaliper.reporter.stackdiff import StackDifference, difference_lines, heading
+from kaliper.reporter.building.formatting import format_number, md_text
+from kaliper.reporter.comparison.baseline import ReportComparisons
+from kaliper.reporter.comparison.compare import ExperimentComparison, PairedMetric, compare_document
+from kaliper.reporter.comparison.stackdiff import StackDifference, difference_lines, heading
+
+
+def table_rows(result: ExperimentComparison) -> list[list[str]]:
+    rows = []
+    for r in result.metrics:
+        c = r.stats
+        point = ", ".join(f"{k}={v}" for k, v in r.params.items()) or "–"
+        rows.append(
+            [
+                r.trial_a if r.trial_a == r.trial_b else f"{r.trial_a} vs {r.trial_b}",
+                point,
+                f"{r.metric} ({r.unit}, {c.direction})",
+                format_number(c.median_a),
+                format_number(c.median_b),
+                f"{c.ratio:.4f} [{c.ci_low:.4f}, {c.ci_high:.4f}]",
+                f"{format_number(c.p_value)} (adj {format_number(c.p_adjusted)}, min {format_number(c.min_p_value)})",
+                c.verdict,
+                c.note,
+            ]
+        )
+    return rows
+
+
+HEADERS = [
+    "trial",
+    "params",
+    "metric",
+    "median A",
+    "median B",
+    "ratio B vs A [95% CI]",
+    "p",
+    "verdict",
+    "why",
+]
+
+
+def contended_line(result: ExperimentComparison) -> str:
+    """How contended runs were treated, for comparisons where a side has environment documents."""
+    left = sum(
+        (r.interference or {}).get(k, 0)
+        for r in {(m.trial_a, m.trial_b): m for m in result.metrics}.values()
+        for k in ("left_out_a", "left_out_b")
+    )
+    if result.include_contended:
+        return "Contended runs are counted (--include-contended)."
+    return (
+        f"Contended runs are left out ({left} run(s) in all); a pair with too few quiet runs on a side is "
+        "inconclusive."
+    )
+
+
+def compare_markdown(result: ExperimentComparison) -> str:
+    lines = [
+        f"# Kaliper comparison: {result.b} (B) against {result.a} (A)",
+        "",
+        f"Ratio > 1 means B is better. Threshold ±{result.threshold:.1%}; Mann-Whitney U on run medians, "
+        "Benjamini-Hochberg over the comparisons.",
+        "",
+    ]
+    if result.differing_params:
+        lines += [
+            "Parameters that differ: "
+            + ", ".join(f"{k}: {a} → {b}" for k, (a, b) in result.differing_params.items()),
+            "",
+        ]
+    if any(r.interference is not None for r in result.metrics):
+        lines += [contended_line(result), ""]
+    lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += [
+        "| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table_rows(result)
+    ]
+    if result.unpaired:
+        lines += ["", "Unpaired trials (no partner with the same parameters): " + ", ".join(result.unpaired)]
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@
   experiment never changes an older one's report and a rerun of the reporter picks the same baseline.
   Or an experiment id, or `none`.
 - Stacks: when the spec lists several stacks, each stack's trials against the first stack's, paired by
-  their parameters, with what their records show differs (kaliper.reporter.stackdiff).
+  their parameters, with what their records show differs (kaliper.reporter.comparison.stackdiff).
 
 Both go through `kaliper compare`'s code (`compare_results`: same workload and hardware class, trials
 paired by parameters, Benjamini-Hochberg over the family) at the spec's `report.threshold` and `alpha`.
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from kaliper.errors import InputError, KaliperError
-from kaliper.reporter.aggregate import ExperimentResult, load_experiment
-from kaliper.reporter.compare import ExperimentComparison, PairedMetric, Side, compare_results
-from kaliper.reporter.compare_cache import ComparisonCache
-from kaliper.reporter.stackdiff import StackDifference, representative_stack, stack_difference
-from kaliper.reporter.workers import LoadPool
+from kaliper.reporter.comparison.compare import ExperimentComparison, PairedMetric, Side, compare_results
+from kaliper.reporter.comparison.compare_cache import ComparisonCache
+from kaliper.reporter.comparison.stackdiff import StackDifference, representative_stack, stack_difference
+from kaliper.reporter.loading.aggregate import ExperimentResult, load_experiment
+from kaliper.reporter.loading.workers import LoadPool
 from kaliper.results.documents import EXPERIMENT_SCHEMA, ExperimentDoc, load_versioned
 from kaliper.results.readers import experiment_stored
 from kaliper.spec.services import EXPERIMENT_ID, ReportSpec

@@ -17,6 +17,9 @@ Runs judged `contended` (environment.json) are left out of both sides unless `in
 pair with fewer than `min_quiet_runs` quiet runs on a side (spec `sampling.interference`, default 2) is
 `inconclusive` with that reason, never faster or slower, and every row says how many runs were left out
 and why. Experiments without environment documents compare exactly as before.
+
+The comparison as data (`compare_document`: `kaliper compare --json`, summary.json's comparisons) is made
+here; as a table (report.md, `kaliper compare`'s Markdown) in kaliper.reporter.building.verdict_tables.
 """
 
 from __future__ import annotations
@@ -37,12 +40,11 @@ from kaliper.analysis.verdicts import (
     quiet_shortfall,
 )
 from kaliper.errors import InputError, NotFoundError
-from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult, load_experiment
-from kaliper.reporter.compare_cache import ComparisonCache, FamilyDigest
-from kaliper.reporter.contended import left_out_note, quiet_count
-from kaliper.reporter.fingerprint import hardware_label
-from kaliper.reporter.formatting import format_number
-from kaliper.reporter.workers import LoadPool
+from kaliper.reporter.comparison.compare_cache import ComparisonCache, FamilyDigest
+from kaliper.reporter.loading.aggregate import ExperimentResult, RunResult, TrialResult, load_experiment
+from kaliper.reporter.loading.fingerprint import hardware_label
+from kaliper.reporter.loading.interference import left_out_note, quiet_count
+from kaliper.reporter.loading.workers import LoadPool
 from kaliper.storage import Storage
 
 COMPARE_SCHEMA = "kaliper.compare/v1"
@@ -220,7 +222,7 @@ def compare_results(
 
     Contended runs count only when both results were loaded with `include_contended`. With `pool`, the
     pairs' statistics are made by its processes (the same figures); with `cache`, they are read from it
-    when it has this very family of pairs (kaliper.reporter.compare_cache), else made and kept there."""
+    when it has this very family of pairs (kaliper.reporter.comparison.compare_cache), else made and kept there."""
     name_a = result_a.experiment.workload.get("name")
     name_b = result_b.experiment.workload.get("name")
     if name_a != name_b:
@@ -379,77 +381,3 @@ def compare_document(result: ExperimentComparison) -> dict[str, Any]:
         ],
         "slower": len(result.slower),
     }
-
-
-def table_rows(result: ExperimentComparison) -> list[list[str]]:
-    rows = []
-    for r in result.metrics:
-        c = r.stats
-        point = ", ".join(f"{k}={v}" for k, v in r.params.items()) or "–"
-        rows.append(
-            [
-                r.trial_a if r.trial_a == r.trial_b else f"{r.trial_a} vs {r.trial_b}",
-                point,
-                f"{r.metric} ({r.unit}, {c.direction})",
-                format_number(c.median_a),
-                format_number(c.median_b),
-                f"{c.ratio:.4f} [{c.ci_low:.4f}, {c.ci_high:.4f}]",
-                f"{format_number(c.p_value)} (adj {format_number(c.p_adjusted)}, min {format_number(c.min_p_value)})",
-                c.verdict,
-                c.note,
-            ]
-        )
-    return rows
-
-
-HEADERS = [
-    "trial",
-    "params",
-    "metric",
-    "median A",
-    "median B",
-    "ratio B vs A [95% CI]",
-    "p",
-    "verdict",
-    "why",
-]
-
-
-def contended_line(result: ExperimentComparison) -> str:
-    """How contended runs were treated, for comparisons where a side has environment documents."""
-    left = sum(
-        (r.interference or {}).get(k, 0)
-        for r in {(m.trial_a, m.trial_b): m for m in result.metrics}.values()
-        for k in ("left_out_a", "left_out_b")
-    )
-    if result.include_contended:
-        return "Contended runs are counted (--include-contended)."
-    return (
-        f"Contended runs are left out ({left} run(s) in all); a pair with too few quiet runs on a side is "
-        "inconclusive."
-    )
-
-
-def compare_markdown(result: ExperimentComparison) -> str:
-    lines = [
-        f"# Kaliper comparison: {result.b} (B) against {result.a} (A)",
-        "",
-        f"Ratio > 1 means B is better. Threshold ±{result.threshold:.1%}; Mann-Whitney U on run medians, "
-        "Benjamini-Hochberg over the comparisons.",
-        "",
-    ]
-    if result.differing_params:
-        lines += [
-            "Parameters that differ: "
-            + ", ".join(f"{k}: {a} → {b}" for k, (a, b) in result.differing_params.items()),
-            "",
-        ]
-    if any(r.interference is not None for r in result.metrics):
-        lines += [contended_line(result), ""]
-    lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += [
-        "| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table_rows(result)
-    ]
-    if result.unpaired:
-        lines += ["", "Unpaired trials (no partner with the same parameters): " + ", ".join(result.unpaired)]
-    return "\n".join(lines) + "\n"

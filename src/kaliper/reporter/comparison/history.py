@@ -1,7 +1,7 @@
 """`kaliper history`: one series per fingerprint across the experiments in storage, with steps flagged.
 
 Scheduled runs of a spec leave one experiment each; every trial's result carries a fingerprint
-(kaliper.reporter.fingerprint). A series is the medians of one fingerprint and metric in experiment
+(kaliper.reporter.loading.fingerprint). A series is the medians of one fingerprint and metric in experiment
 order. Each new point is judged against a rolling baseline (conbench's lookback z-score, see
 docs/reference/benchmark-methodology.md, "Change points"):
 
@@ -20,7 +20,7 @@ For a step, the stack difference between the last point before it and the step's
 packages whose versions changed (or came or went), the image digest, Python.
 
 A point is a trial's median from its summary.json, which counts quiet runs only (contended ones left
-out, kaliper.reporter.contended); a point says how many runs were left out and why. A trial left with
+out, kaliper.reporter.loading.interference); a point says how many runs were left out and why. A trial left with
 fewer quiet runs than its `min_quiet_runs` is no point at all (listed as skipped, with the reason), so
 no step or outlier rests on it. `include_contended` reads the figures with the contended runs counted
 (the summary's `interference.with_contended`) instead.

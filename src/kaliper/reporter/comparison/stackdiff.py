@@ -17,17 +17,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from kaliper.reporter.formatting import KEY_PACKAGES
 from kaliper.results.provenance import normalize_name
 from kaliper.results.record import Stack
 
 if TYPE_CHECKING:
-    from kaliper.reporter.aggregate import ExperimentResult
+    from kaliper.reporter.loading.model import ExperimentResult
 
 Kind = Literal["package", "blas", "python", "env"]
 KINDS: tuple[Kind, ...] = ("package", "blas", "python", "env")
 LIMIT = 20  # lines per kind in report.md and report.html
 NOTHING = "the records show no difference in packages, BLAS, Python or env"
+# The packages a benchmark is usually about: the provenance table shows them, and a list of what differs
+# between two stacks puts them first, so that cutting a long list never hides them.
+KEY_PACKAGES = (
+    "torch",
+    "tensorflow",
+    "tensorflow-cpu",
+    "keras",
+    "jax",
+    "jaxlib",
+    "numpy",
+    "scipy",
+    "intel-extension-for-pytorch",
+    "onnxruntime",
+    "kaliper",
+)
 _LIBRARY_KINDS = {"blas": "BLAS", "openmp": "OpenMP"}
 _KIND_WORDS = {"package": "packages", "blas": "libraries", "python": "", "env": "variables"}
 

@@ -21,7 +21,7 @@ from kaliper.analysis.statistics import RunStats, run_stats_many, trial_stats
 from kaliper.jobs.kubeflow import primary_replica, replica_name, run_status
 from kaliper.metrics.extraction import TIME_TO_TRAIN
 from kaliper.metrics.rules import WALL_TIME, ExtractionRules
-from kaliper.reporter.model import (
+from kaliper.reporter.loading.model import (
     MEASURED,
     ExperimentResult,
     RunResult,
@@ -30,8 +30,8 @@ from kaliper.reporter.model import (
     min_quiet_runs,
     run_medians,
 )
-from kaliper.reporter.recovered import recover_from_logs
-from kaliper.reporter.workers import (
+from kaliper.reporter.loading.recovered import recover_from_logs
+from kaliper.reporter.loading.workers import (
     ENV_WORKERS,
     PARALLEL_RUNS,
     LoadPool,
@@ -57,7 +57,7 @@ from kaliper.results.views import Interner
 from kaliper.storage import Storage, layout
 from kaliper.storage.readahead import ReadAhead
 
-# The model lives in kaliper.reporter.model; it is importable from here as it always was.
+# The model lives in kaliper.reporter.loading.model; it is importable from here as it always was.
 __all__ = [
     "ENV_WORKERS",
     "MEASURED",
@@ -90,7 +90,7 @@ def _load_run(
 ) -> RunResult:
     """One run from its own keys (those under its runs/<repetition>/ prefix); its documents through
     `docs` (the trial's samples file where it has them, else storage: kaliper.results.samples); a run
-    without a stored resources block gets `no_resources` (kaliper.reporter.report: why it has none).
+    without a stored resources block gets `no_resources` (kaliper.reporter.loading.tables: why it has none).
     Its statistics are not there yet (`_with_stats`)."""
     launch = None
     launch_key = layout.launch_key(exp, trial.id, repetition)
@@ -348,7 +348,7 @@ def _load_trials(
 
 
 def for_comparison(run: RunResult) -> RunResult:
-    """A run as a comparison reads it (kaliper.reporter.compare: status, primary record, environment):
+    """A run as a comparison reads it (kaliper.reporter.comparison.compare: status, primary record, environment):
     a baseline of 100,000 runs held and sent between processes without its other records, launch
     views and resources blocks."""
     return RunResult(run.repetition, run.status, run.error, None, run.primary, environment=run.environment)
@@ -390,7 +390,7 @@ def load_chunk(storage: Storage, chunk: Chunk) -> tuple[TrialResult, ...]:
 
 
 def _load_chunk(chunk: Chunk) -> tuple[TrialResult, ...]:
-    """`load_chunk` in a loading process (kaliper.reporter.workers: the storage it inherited)."""
+    """`load_chunk` in a loading process (kaliper.reporter.loading.workers: the storage it inherited)."""
     return load_chunk(inherited_storage(), chunk)
 
 
@@ -407,8 +407,8 @@ def map_chunks(
     """`load` of each chunk of the experiment's trials, in order: one chunk of every trial, loaded in this
     process, where one process loads the experiment (`report_workers`); else chunks loaded by several
     processes (`pool`'s, else `workers` of its own). `load` is a module-level function of one chunk that
-    reads through kaliper.reporter.workers.inherited_storage (`_load_chunk`, or one that also makes
-    something of the trials where they are: kaliper.reporter.report's chunks)."""
+    reads through kaliper.reporter.loading.workers.inherited_storage (`_load_chunk`, or one that also makes
+    something of the trials where they are: kaliper.reporter.loading.tables._load_with_rows)."""
     # Keys grouped by run, so each run looks only at its own (linear in the experiment): where listing is
     # a request per page (S3), one listing of the experiment here; on a file system, each trial's
     # directory where the trial is loaded (in the workers: a cold directory cache makes walking 100,000

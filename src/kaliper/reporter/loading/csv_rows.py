@@ -1,4 +1,4 @@
-"""results.csv's rows of a chunk of trials, made where the chunk is loaded (kaliper.reporter.report).
+"""results.csv's rows of a chunk of trials, made where the chunk is loaded (kaliper.reporter.loading.tables).
 
 A row is one result record. Its columns are the experiment's (`CsvShape`): the parameter and metric names
 of every record, whether any run has an environment document, whether there are several stacks. A chunk
@@ -6,22 +6,35 @@ writes its rows in its own shape (`CsvRows`); where that is the experiment's (th
 chunk's records name the same parameters and metrics) the writer (kaliper.reporter.writers.outputs) joins
 the texts as they are, and otherwise lays the chunk's rows out in the experiment's columns (`widen`): a
 column the chunk lacks is one its records have no value in, so its cells are those the experiment's shape
-writes for them (empty; `unknown` for a run without an environment document; the trial's stack).
+writes for them (empty; `unknown` for a run without an environment document; the trial's stack). Every
+text cell that would start a spreadsheet formula is defused here (`csv_cell`), where the rows are made.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kaliper.reporter.contended import run_reason
-from kaliper.reporter.formatting import FORMULA_START, csv_cell, several_stacks
-from kaliper.reporter.model import RunResult, TrialResult
+from kaliper.reporter.loading.interference import run_reason
+from kaliper.reporter.loading.model import RunResult, TrialResult, several_stacks
 
 FIXED_COLUMNS = 8  # experiment ... n_samples: then the parameters
+
+# Cells a spreadsheet would read as a formula (OWASP, "CSV Injection"): text starting with one of these.
+FORMULA_START = frozenset("=+-@\t\r")
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def csv_cell(value: Any) -> Any:
+    """A results.csv cell: text that would start a formula gets a leading `'`; numbers (and text that is
+    just a number, such as "-5") stay as they are so they stay numeric."""
+    if isinstance(value, str) and value[:1] in FORMULA_START and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
 
 
 @dataclass(frozen=True)

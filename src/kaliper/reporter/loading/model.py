@@ -1,16 +1,17 @@
 """What the reporter knows of an experiment once loaded: runs, trials and their statistics.
 
-kaliper.reporter.aggregate reads the documents into these; every writer and comparison reads them. They are
-immutable: each is made whole (a run with its statistics, a trial with its metrics) and never filled in or
-changed after; what differs (a run given an environment document) is a new object.
+kaliper.reporter.loading.aggregate reads the documents into these; every comparison and writer reads them.
+They are immutable: each is made whole (a run with its statistics, a trial with its metrics) and never
+filled in or changed after; what differs (a run given an environment document) is a new object. A loading
+process sends them back pickled as their field values (kaliper.reporter.loading.pickling).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaliper.analysis.pickling import quick_pickle
 from kaliper.analysis.statistics import RunStats, TrialStats
 from kaliper.analysis.terms import DEFAULT_MIN_QUIET_RUNS
 from kaliper.results.documents import ExperimentDoc, TrialDoc
@@ -20,7 +21,6 @@ from kaliper.results.views import LaunchView, RecordView
 MEASURED = ("ok", "not_converged")
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class RunResult:
     repetition: int
@@ -54,7 +54,6 @@ class RunResult:
         return self.environment.verdict if self.environment is not None else "unknown"
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class TrialMetric:
     unit: str
@@ -69,7 +68,6 @@ class TrialMetric:
     stats: TrialStats | None = None  # variance components and the Kalibera & Jones advice
 
 
-@quick_pickle
 @dataclass(frozen=True, slots=True)
 class TrialResult:
     doc: TrialDoc
@@ -149,3 +147,9 @@ def run_medians(run: RunResult) -> dict[str, Any]:
     if run.primary is None or not run.measured:
         return {}
     return {name: metric.median for name, metric in run.primary.metrics.items()}
+
+
+def several_stacks(trials: Iterable[TrialResult]) -> bool:
+    """Whether the experiment compares stacks: its result tables then name each trial's stack (a
+    one-stack report keeps the columns it always had)."""
+    return len({t.doc.stack.name for t in trials}) > 1

@@ -1,4 +1,4 @@
-"""results.parquet's rows of a chunk of trials, made where the chunk is loaded (kaliper.reporter.report).
+"""results.parquet's rows of a chunk of trials, made where the chunk is loaded (kaliper.reporter.loading.tables).
 
 Every column but the trial parameters' follows from a run and its trial alone, so a chunk's rows of those
 are the same whichever other trials the experiment has: `ParquetRows` holds them as one Arrow record batch
@@ -14,10 +14,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from kaliper.reporter.arrow_columns import arrow_column, list_column
-from kaliper.reporter.contended import run_reason
-from kaliper.reporter.fingerprint import fingerprint
-from kaliper.reporter.model import RunResult, TrialResult
+from kaliper.reporter.loading.arrow_columns import arrow_column, list_column
+from kaliper.reporter.loading.fingerprint import fingerprint
+from kaliper.reporter.loading.interference import run_reason
+from kaliper.reporter.loading.model import RunResult, TrialResult
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]

@@ -1,7 +1,7 @@
 """Records a replica printed on its stdout (`KALIPER_RESULT {json}`) because it could not store them, in
 runs recorded before the executors recovered them (kaliper.execution.recorder, which notes each in
 launch.json `recovered`): found in the run's stored logs when the reporter loads the run
-(kaliper.reporter.aggregate), by the same rule (kaliper.results.protocol.printed_record)."""
+(kaliper.reporter.loading.aggregate), by the same rule (kaliper.results.protocol.printed_record)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from kaliper.errors import KaliperError
-from kaliper.reporter.aggregate import load_trials
+from kaliper.reporter.loading.aggregate import load_trials
 from kaliper.results.readers import read_experiment
 from kaliper.storage import Storage, layout
 

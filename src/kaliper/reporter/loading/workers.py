@@ -1,7 +1,7 @@
 """The processes that load a large report's experiments: forked once, while the reporter is still small.
 
 Trials are independent, so the reporter loads a large experiment with several processes
-(kaliper.reporter.aggregate). A report with a baseline loads two experiments; processes forked for the
+(kaliper.reporter.loading.aggregate). A report with a baseline loads two experiments; processes forked for the
 baseline's load from a reporter already holding the first one would each start as a copy of it (the
 pages are shared, but a tree's summed RSS, and the copies made as the parent's objects are touched, count
 them again). One `LoadPool`, started before either load, serves both: its processes hold only what they
@@ -9,8 +9,10 @@ load, and what they send back.
 
 The storage is what the processes inherit at the fork (nothing is pickled to them but each chunk's
 arguments); a load from another storage starts its own pool. A pool's processes are entry points of their
-own: each task runs with the process settings of a report (kaliper.reporter.bulk), which the process that
-started them sets at its own entry (kaliper.cli.process), never the library.
+own: each task runs with the process settings of a report (kaliper.reporter.loading.bulk), which the process that
+started them sets at its own entry (kaliper.cli.process), never the library. What they send back is
+pickled as its dataclasses' field values: the reducers are registered here, as a pool is set up, in this
+process and in each of the pool's (kaliper.reporter.loading.pickling).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from types import TracebackType
 from typing import TypeVar
 
 from kaliper import settings
-from kaliper.reporter.bulk import bulk
+from kaliper.reporter.loading import pickling
+from kaliper.reporter.loading.bulk import bulk
 from kaliper.results.provenance import usable_cores
 from kaliper.storage import Storage
 
@@ -61,8 +64,11 @@ class LoadPool:
     def __init__(self, storage: Storage, workers: int) -> None:
         self.storage, self.workers = storage, workers
         _INHERITED["storage"] = storage
+        pickling.register()  # here (the arguments sent), and in the processes, forked with it (their results)
         try:
-            self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+            self._pool = ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("fork"), initializer=pickling.register
+            )
             # With fork, the first task starts every process: now, while this process is small.
             self._pool.submit(os.getpid).result()
         finally:

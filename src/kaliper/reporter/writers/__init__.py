@@ -1,5 +1,5 @@
-"""The report's writers, each a function of the report object: results.csv and report.md (`outputs`),
-results.parquet (`parquet`), report.html with its plots (`html`, `html_page`, `html_resources`, `plots`),
-the Pushgateway summary (`push_summary`). What building and writing share (formatting, the GPU and verdict
-sections, the rows of results.csv and results.parquet each chunk of trials has where it is loaded:
-`csv_rows`, `parquet_rows`, `arrow_columns`) stays in kaliper.reporter."""
+"""The report's writers, the top room: results.csv and report.md (`outputs`), results.parquet (`parquet`),
+report.html with its plots (`html`, `html_page`, `html_resources`, `plots`), the Pushgateway summary
+(`push_summary`). report.md, report.html and the push are functions of the report object
+(kaliper.reporter.building); results.csv and results.parquet of the rows loading made with each chunk of
+trials (kaliper.reporter.loading.tables.ResultTables)."""

@@ -18,25 +18,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from kaliper.reporter.aggregate import ExperimentResult, RunResult, TrialResult, run_medians
-from kaliper.reporter.baseline import ReportComparisons
-from kaliper.reporter.compare import HEADERS
-from kaliper.reporter.contended import RECORDING_NOTE, left_out_note, method_note, recording_lines, run_label
-from kaliper.reporter.formatting import (
-    KEY_PACKAGES,
+from kaliper.reporter.building.contended import RECORDING_NOTE, method_note, recording_lines, run_label
+from kaliper.reporter.building.formatting import (
     format_bytes,
     format_number,
     params_text,
     sampling_text,
-    several_stacks,
     timers_text,
     workload_label,
 )
-from kaliper.reporter.gpu import ENERGY_NOTE, gpu_description, gpu_label, gpu_note
-from kaliper.reporter.load_sweep import load_sweeps
-from kaliper.reporter.report import Report
-from kaliper.reporter.stackdiff import difference_lines, heading
-from kaliper.reporter.verdict_tables import sections
+from kaliper.reporter.building.gpu import ENERGY_NOTE, gpu_description, gpu_label, gpu_note
+from kaliper.reporter.building.load_sweep import load_sweeps
+from kaliper.reporter.building.report import Report
+from kaliper.reporter.building.verdict_tables import HEADERS, sections
+from kaliper.reporter.comparison.baseline import ReportComparisons
+from kaliper.reporter.comparison.stackdiff import KEY_PACKAGES, difference_lines, heading
+from kaliper.reporter.loading.aggregate import ExperimentResult, RunResult, TrialResult, run_medians
+from kaliper.reporter.loading.interference import left_out_note
+from kaliper.reporter.loading.model import several_stacks
 from kaliper.reporter.writers.html_load_sweep import load_sweep_section
 from kaliper.reporter.writers.html_page import (
     DETAIL_FAILURES,
@@ -228,7 +227,7 @@ def _scaling(result: ExperimentResult, metric_names: list[str], units: dict[str,
 
 
 def _comparisons(comparisons: ReportComparisons) -> list[str]:
-    """Against the baseline, then stack against stack (kaliper.reporter.baseline), with CIs and verdicts."""
+    """Against the baseline, then stack against stack (kaliper.reporter.comparison.baseline), with CIs and verdicts."""
     out = ['<h2 id="comparison">Comparisons</h2>']
     for section in sections(comparisons):
         out.append(f"<h3>{esc(section.title)}</h3>")

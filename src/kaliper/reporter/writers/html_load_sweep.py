@@ -1,11 +1,11 @@
-"""report.html's "Load sweep" section: per sweep of a serve Server scenario (kaliper.reporter.load_sweep), its
+"""report.html's "Load sweep" section: per sweep of a serve Server scenario (kaliper.reporter.building.load_sweep), its
 table, its answer in words and its latency–throughput curve. Nothing for an experiment without one.
 """
 
 from __future__ import annotations
 
-from kaliper.reporter.formatting import format_number
-from kaliper.reporter.load_sweep import (
+from kaliper.reporter.building.formatting import format_number
+from kaliper.reporter.building.load_sweep import (
     TEXT_COLUMNS,
     LoadSweep,
     answer_lines,

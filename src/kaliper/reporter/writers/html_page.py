@@ -10,8 +10,8 @@ import base64
 import hashlib
 from collections.abc import Sequence
 
-from kaliper.reporter.aggregate import ExperimentResult, TrialResult
-from kaliper.reporter.gpu import DETAIL_TRIALS
+from kaliper.reporter.building.gpu import DETAIL_TRIALS
+from kaliper.reporter.loading.aggregate import ExperimentResult, TrialResult
 from kaliper.reporter.writers.plots import esc
 
 SCRIPT = "document.body.setAttribute('data-kaliper-ready', '1');"
@@ -48,7 +48,7 @@ def table(header: list[str], rows: list[list[str]], numeric: set[int] | None = N
 
 
 # Per-trial detail (run tables, distributions, resource bars, GPU plots) for the first DETAIL_TRIALS trials
-# only (kaliper.reporter.gpu), and at most DETAIL_FAILURES failed runs: a sweep of 10,000 trials would otherwise give a page of 200 MB that
+# only (kaliper.reporter.building.gpu), and at most DETAIL_FAILURES failed runs: a sweep of 10,000 trials would otherwise give a page of 200 MB that
 # no browser shows. Every trial is in the results table, summary.json and results.csv.
 DETAIL_FAILURES = 100
 

@@ -8,9 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kaliper.errors import redactor
-from kaliper.reporter.aggregate import ExperimentResult, TrialResult
-from kaliper.reporter.formatting import RESOURCE_COLUMNS, format_bytes, format_number, resource_figure
-from kaliper.reporter.gpu import plot_anchor, representative, series_text
+from kaliper.reporter.building.formatting import (
+    RESOURCE_COLUMNS,
+    format_bytes,
+    format_number,
+    resource_figure,
+)
+from kaliper.reporter.building.gpu import plot_anchor, representative, series_text
+from kaliper.reporter.loading.aggregate import ExperimentResult, TrialResult
 from kaliper.reporter.writers.html_page import detail_trials, table
 from kaliper.reporter.writers.outputs import any_telemetry, gpu_rows, gpu_section
 from kaliper.reporter.writers.plots import Line, bars_svg, esc, timeline_svg

@@ -1,11 +1,12 @@
 """The report's tables: results.csv (one row per record) and report.md.
 
-Pure functions of the report object (kaliper.reporter.report.Report), so rerunning the reporter gives
+report.md is a pure function of the report object (kaliper.reporter.building.report.Report), results.csv
+of the rows loading made (kaliper.reporter.loading.tables.ResultTables), so rerunning the reporter gives
 byte-identical files. Every value that comes from a spec, a record or a run is untrusted: report.md
 escapes it (md_text; log tails in md_fence blocks), results.csv defuses formulas (csv_cell). Escaping
 is per output cell, never per sample.
 
-A serve QPS sweep gets a "Load sweep" section (kaliper.reporter.load_sweep), only where there is one.
+A serve QPS sweep gets a "Load sweep" section (kaliper.reporter.building.load_sweep), only where there is one.
 
 Runs judged contended (environment.json) are marked where they appear (a column per run, a note per
 trial of what was left out and why); experiments without environment documents get neither, so their
@@ -19,16 +20,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from kaliper.errors import redactor
-from kaliper.reporter.aggregate import ExperimentResult, TrialResult, run_medians
-from kaliper.reporter.contended import (
-    RECORDING_NOTE,
-    left_out_note,
-    method_note,
-    recording_lines,
-    run_label,
-)
-from kaliper.reporter.csv_rows import csv_header, csv_shape, widen
-from kaliper.reporter.formatting import (
+from kaliper.reporter.building.contended import RECORDING_NOTE, method_note, recording_lines, run_label
+from kaliper.reporter.building.formatting import (
     RESOURCE_COLUMNS,
     format_bytes,
     format_number,
@@ -37,11 +30,10 @@ from kaliper.reporter.formatting import (
     params_text,
     resource_figure,
     sampling_text,
-    several_stacks,
     timers_text,
     workload_label,
 )
-from kaliper.reporter.gpu import (
+from kaliper.reporter.building.gpu import (
     DETAIL_TRIALS,
     ENERGY_NOTE,
     clock_events_text,
@@ -54,16 +46,21 @@ from kaliper.reporter.gpu import (
     telemetry,
     window_s,
 )
-from kaliper.reporter.load_sweep import answer_lines, definitions, load_sweeps, sweep_table
-from kaliper.reporter.report import Report, ReportTables
-from kaliper.reporter.verdict_tables import markdown_lines
+from kaliper.reporter.building.load_sweep import answer_lines, definitions, load_sweeps, sweep_table
+from kaliper.reporter.building.report import Report
+from kaliper.reporter.building.verdict_tables import markdown_lines
+from kaliper.reporter.loading.aggregate import ExperimentResult, TrialResult, run_medians
+from kaliper.reporter.loading.csv_rows import csv_header, csv_shape, widen
+from kaliper.reporter.loading.interference import left_out_note
+from kaliper.reporter.loading.model import several_stacks
+from kaliper.reporter.loading.tables import ResultTables
 
 
-def results_csv(tables: ReportTables) -> str:
+def results_csv(tables: ResultTables) -> str:
     """One row per result record (every replica of every run, failures included); with environment
     documents, the run's interference verdict and reason in two more columns; with several stacks,
     the stack's name last. The rows are those each chunk of trials has where it was loaded
-    (kaliper.reporter.csv_rows), in the experiment's columns."""
+    (kaliper.reporter.loading.csv_rows), in the experiment's columns."""
     trials = tables.trials
     shape = csv_shape(trials)
     stack_of = {t.doc.id: t.doc.stack.name for t in trials} if shape.stacked else {}
@@ -198,7 +195,7 @@ def report_markdown(report: Report) -> str:
 
 
 def _load_sweep_markdown(result: ExperimentResult) -> list[str]:
-    """Per serve Server-scenario sweep (kaliper.reporter.load_sweep): its runs by target QPS and its answer;
+    """Per serve Server-scenario sweep (kaliper.reporter.building.load_sweep): its runs by target QPS and its answer;
     the curve is in report.html. Nothing for an experiment without one."""
     sweeps = load_sweeps(result)
     if not sweeps:
@@ -259,7 +256,7 @@ def _resources_markdown(result: ExperimentResult) -> list[str]:
 
 
 def efficiency_columns(summary: dict[str, Any]) -> dict[str, str]:
-    """Metric → per-joule unit of every trial efficiency in summary.json (kaliper.reporter.gpu), in order."""
+    """Metric → per-joule unit of every trial efficiency in summary.json (kaliper.reporter.building.gpu), in order."""
     columns: dict[str, str] = {}
     for trial in summary["trials"]:
         for name, figure in (trial.get("efficiency") or {}).items():

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kaliper.reporter.arrow_columns import arrow_column, indices
-from kaliper.reporter.parquet_rows import (
+from kaliper.reporter.loading.arrow_columns import arrow_column, indices
+from kaliper.reporter.loading.parquet_rows import (
     _HEAD,
     PARAM_PREFIX,
     PARQUET_SCHEMA,
@@ -29,7 +29,7 @@ from kaliper.reporter.parquet_rows import (
     results_schema,
     run_schema,
 )
-from kaliper.reporter.report import ReportTables
+from kaliper.reporter.loading.tables import ResultTables
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -37,10 +37,10 @@ if TYPE_CHECKING:
 __all__ = ["PARAM_PREFIX", "PARQUET_SCHEMA", "pool", "results_parquet", "results_table"]
 
 
-def results_table(tables: ReportTables) -> pa.Table:
+def results_table(tables: ResultTables) -> pa.Table:
     """The report's runs as an Arrow table (the schema of results.parquet), rows sorted.
 
-    From the rows each chunk of trials has where it was loaded (kaliper.reporter.parquet_rows: compact
+    From the rows each chunk of trials has where it was loaded (kaliper.reporter.loading.parquet_rows: compact
     Arrow batches of every column but the parameters'), with the parameter columns made here once per
     trial, typed over the whole experiment, and repeated over each trial's rows. The chunks are combined
     into one before writing: the file's bytes are those of a table built in one piece.
@@ -50,10 +50,10 @@ def results_table(tables: ReportTables) -> pa.Table:
 
     trials = tables.trials  # in the rows' order
     kinds = param_kinds(trials)
-    schema = results_schema(tables.experiment, kinds)
+    schema = results_schema(tables.experiment.id, kinds)
     rows = [chunk.parquet for chunk in tables.chunks]
     batches = [batch for part in rows for batch in part.batches]
-    runs = pa.Table.from_batches(batches, schema=run_schema(tables.experiment))
+    runs = pa.Table.from_batches(batches, schema=run_schema(tables.experiment.id))
     keys = [key for part in rows for key in part.keys]
     counts = np.fromiter(chain.from_iterable(part.trial_rows for part in rows), dtype=np.int64)
     trial_of_row = indices(np.repeat(np.arange(len(trials), dtype=np.int64), counts))
@@ -82,7 +82,7 @@ def pool() -> pa.MemoryPool:
     return pa.system_memory_pool()
 
 
-def results_parquet(tables: ReportTables) -> bytes:
+def results_parquet(tables: ResultTables) -> bytes:
     """results.parquet's bytes: zstd, statistics on; no write time anywhere."""
     import pyarrow as pa
     import pyarrow.parquet as pq  # type: ignore[import-untyped]

@@ -15,7 +15,7 @@ from html import escape
 
 import numpy as np
 
-from kaliper.reporter.formatting import format_number
+from kaliper.reporter.building.formatting import format_number
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 MAX_POINTS = 300  # sample points drawn per box (the box itself uses every sample)

@@ -10,7 +10,7 @@ workload, metric, unit}:
 - `kaliper_result_runs`: how many runs were measured;
 - `kaliper_result_verdict{spec, experiment, fingerprint, metric, verdict, baseline}` = 1: the verdict
   (faster, slower, equivalent, inconclusive) against the paired trial of the baseline experiment
-  (kaliper.reporter.baseline), when there was one;
+  (kaliper.reporter.comparison.baseline), when there was one;
 
 - with environment documents (kaliper.results.environment): `kaliper_run_contended{spec, experiment,
   trial, fingerprint, repetition}` = 1 contended / 0 quiet, per measured run that has one, and
@@ -19,7 +19,7 @@ workload, metric, unit}:
 - `kaliper_report_timestamp_seconds{spec, experiment}`: when the experiment was created (not when the
   report ran, so a rerun pushes the same values).
 
-A fingerprint (12 hex digits, kaliper.reporter.fingerprint) names what makes two results comparable
+A fingerprint (12 hex digits, kaliper.reporter.loading.fingerprint) names what makes two results comparable
 over time: workload, parameters, declared stack and hardware class. It is a label, not part of the
 grouping key: an experiment of 10,000 fingerprints is one request, not 10,000 (the series and their
 labels are what they were with one group per fingerprint, so Grafana's queries select the same ones).
@@ -61,8 +61,8 @@ from kaliper.monitoring.metrics import (
     SUMMARY_JOB,
     VERDICT_LABELS,
 )
-from kaliper.reporter.fingerprint import fingerprint
-from kaliper.reporter.report import Report
+from kaliper.reporter.building.report import Report
+from kaliper.reporter.loading.fingerprint import fingerprint
 from kaliper.results.services import pushgateway_url
 
 log = logging.getLogger(__name__)

@@ -174,6 +174,32 @@ def test_train_run_record(capsys: pytest.CaptureFixture[str]) -> None:
     assert (record.derived["world_size"], record.derived["rank"]) == (1, 0)
 
 
+@pytest.mark.parametrize(
+    ("choice", "implementation"),
+    [
+        ("adamw", "forloop"),
+        ("adamw-foreach", "foreach"),
+        ("adamw-fused", "fused"),
+        ("adamw-forloop", "forloop"),
+    ],
+)
+def test_the_optimizer_runs_as_asked(
+    choice: str, implementation: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`optimizer` picks AdamW's implementation; the record says which one ran, read from the optimizer
+    (torch's own choice on CPU for `adamw`: the per-parameter loop)."""
+    params = {**SMALL, "seq_len": "8", "batch_size": "2", "optimizer": choice}
+    record = run_record("transformer-train", params, capsys)
+    assert record.status in ("ok", "not_converged")
+    assert record.derived["optimizer"] == {
+        "name": "AdamW",
+        "implementation": implementation,
+        "asked": choice,
+        "lr": 3e-4,
+        "weight_decay": 0.1,
+    }
+
+
 def test_infer_run_record(capsys: pytest.CaptureFixture[str]) -> None:
     params = {**SMALL, "batch_size": "2", "prompt_len": "8", "output_len": "5", "precision": "fp16"}
     record = run_record("transformer-infer", params, capsys)

@@ -331,6 +331,15 @@ TRANSFORMER_TRAIN = WorkloadDef(
                 maximum=1_048_576,
             ),
             Param("batch_size", int, 8, "sequences per step per replica", minimum=1),
+            Param(
+                "optimizer",
+                str,
+                "adamw",
+                "AdamW's implementation: adamw (torch's own choice: foreach on CUDA, a per-parameter loop on "
+                "CPU), adamw-foreach, adamw-fused (one fused kernel per step, what tuned loops use) or "
+                "adamw-forloop; recorded in derived.optimizer",
+                choices=("adamw", "adamw-foreach", "adamw-fused", "adamw-forloop"),
+            ),
             *_TRANSFORMER_RUN,
         ),
         checks=(_heads_divide_width,),

@@ -64,7 +64,7 @@ if mode == "old":
     aggregate.open_samples = documents_only
 storage = open_storage(url)
 t1 = time.perf_counter()
-from kaliper.cli.process import report_building  # the settings `kaliper report` sets
+from kaliper.application.reporting import report_building  # the settings `kaliper report` sets
 with report_building():
     reporter.write_report(storage, exp)
 t2 = time.perf_counter()

@@ -220,7 +220,7 @@ if mode == "report":
     timing(aggregate.RecordLoader, "load")
     timing(reporter, "report_html")
     timing(report_module, "load_experiment", lambda: marks.setdefault("hwm_after_load_kib", hwm_kib()))
-    from kaliper.cli.process import report_building  # the settings `kaliper report` sets
+    from kaliper.application.reporting import report_building  # the settings `kaliper report` sets
     with report_building():
         done = reporter.write_report(storage, exp).summary_document["runs"]
 t2 = time.perf_counter()

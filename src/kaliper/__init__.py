@@ -16,11 +16,11 @@ __all__ = ["__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "emit":
-        from kaliper.exec.emit import emit
+        from kaliper.wrapper.emit import emit
 
         return emit
     if name == "trace_steps":
-        from kaliper.exec.trace_steps import trace_steps
+        from kaliper.wrapper.trace_steps import trace_steps
 
         return trace_steps
     raise AttributeError(f"module 'kaliper' has no attribute {name!r}")

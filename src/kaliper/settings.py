@@ -17,8 +17,8 @@ before anything is measured or written. Readers then take one of two ways:
 - an environment passed in, wrapped with `of(environ)`: `spec.limits.max_trials`,
   `configurator.render.Limits.from_environment` and `reference_path`, `storage.retry.RetryPolicy.from_env`,
   `storage.s3.S3Storage(env=...)`, `storage.spool.spool_root`, `monitoring.nvml.run_devices` (a child's
-  environment), `benchmarks.torch_distributed.distributed_env`, `workloads.command.is_primary`,
-  `trace.steps.TraceSettings.from_env`;
+  environment), `benchmarks.torch_distributed.distributed_env`, `wrapper.command.is_primary`,
+  `wrapper.trace_steps.TraceSettings.from_env`;
 - everywhere else (deep library code, and `kaliper.emit` / `kaliper.trace_steps()` called from a user's
   code, where no entry point ran), `current()`: the process environment as it is now, parsed for the
   settings asked (a dictionary lookup and a conversion, so it is cheap; it follows changes, so tests that
@@ -44,9 +44,9 @@ tests/unit/settings/test_settings.py holds every other module to it, and these t
   as a local replica does.
 - `kaliper/stacks/uvtool.py`: uv runs in this environment.
 - `kaliper/execution/tracing/record.py`: the recorded command runs in this environment plus the trace settings.
-- `kaliper/exec/autostep/sitecustomize.py`: runs at start-up inside the traced command, before (and
+- `kaliper/wrapper/autostep/sitecustomize.py`: runs at start-up inside the traced command, before (and
   without) Kaliper's package: reads KALIPER_TRACE_DIR and KALIPER_TRACE_AUTO by name.
-- `kaliper/exec/command.py`: `kaliper exec` runs the user's command in this environment.
+- `kaliper/wrapper/command.py`: `kaliper exec` runs the user's command in this environment.
 - `kaliper/benchmarks/pi/pi_import.py`: the measured child runs in this environment plus its threads.
 - `kaliper/benchmarks/torch_support.py`: sets OMP/MKL thread counts before torch loads.
 - `kaliper/benchmarks/torch_distributed.py`: sets GLOO_SOCKET_IFNAME for torch.distributed.

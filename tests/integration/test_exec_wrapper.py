@@ -159,10 +159,10 @@ def test_sigterm_to_the_wrapper_stops_the_childs_whole_group(tmp_path: Path) -> 
 
 
 def test_jsonl_through_kaliper_emit(tmp_path: Path) -> None:
-    pytest.importorskip("kaliper.exec.emit")
+    pytest.importorskip("kaliper.wrapper.emit")
     code = textwrap.dedent(
         """
-        from kaliper.exec.emit import emit
+        from kaliper.wrapper.emit import emit
         for v in (3.0, 4.0, 5.0):
             emit("tokens_per_s", v, unit="tokens/s", better="higher")
         """

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kaliper.cli.process import reporting
-from kaliper.execution.pipeline import run_spec
+from kaliper.application.pipeline import run_spec
 from kaliper.reporter.comparison.history import detect, stack_diff
 from kaliper.results.record import load_record
 from kaliper.spec import load_spec
@@ -76,7 +75,7 @@ def test_history_cli_names_the_step_and_its_stack_difference(
     monkeypatch.setenv("KALIPER_PROMETHEUS", "")
     monkeypatch.setenv("KALIPER_PUSHGATEWAY", "")
     root = tmp_path / "store"
-    real = run_spec(load_spec(spec), reporting(), f"file://{root}")
+    real = run_spec(load_spec(spec), f"file://{root}")
     source = root / layout.experiment_prefix(real.experiment_id)
     summary = json.loads((source / "report" / "summary.json").read_text())
     base = summary["trials"][0]["metrics"]["gflops"]["median"]

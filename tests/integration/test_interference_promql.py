@@ -40,12 +40,13 @@ from typing import Any
 import pytest
 
 from kaliper.analysis.interference import Thresholds
-from kaliper.execution.cluster_documents import NOTHING, store_cluster_documents
+from kaliper.execution.cluster_documents import store_cluster_documents
 from kaliper.execution.cluster_environment import query_environment
 from kaliper.monitoring.deadline import prometheus_budget
 from kaliper.reporter import write_report
 from kaliper.reporter.building.report import build_report
 from kaliper.results.documents import to_document
+from kaliper.results.unstored import NOTHING
 from kaliper.storage import layout, open_storage
 from kaliper.storage.base import dump_json
 from tests.support.ports import dead_url_fixture  # noqa: F401 - registers the `dead_url` fixture

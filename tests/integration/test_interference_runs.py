@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from kaliper.application.pipeline import execute
 from kaliper.configurator import ExperimentPlan, configure, write_plan
 from kaliper.execution.executor import ExecutionContext, RunResult, RunSettings, backend
 from kaliper.execution.local.job import ReplicaProcess
 from kaliper.execution.neighbours.calibration import CalibrationStore
 from kaliper.execution.neighbours.preflight import preflight
-from kaliper.execution.pipeline import execute
 from kaliper.reporter.loading.aggregate import load_experiment
 from kaliper.spec import load_spec
 from kaliper.storage import Storage, layout, open_storage
@@ -64,7 +64,7 @@ while True:
 def run_all(storage: Storage, plan: ExperimentPlan, settings: RunSettings) -> list[RunResult]:
     """Every run of the plan with the local backend, as `kaliper run` runs them (its run loop)."""
     context = ExecutionContext(storage, plan, settings)
-    return execute(backend("local", context), context, lambda *_: None)
+    return execute(backend("local", context), context, samples_files=False)
 
 
 def spin(cpu: int, watch: int = 0, seconds: float = 60.0) -> int:

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from kaliper.cli.process import reporting
-from kaliper.execution.pipeline import run_spec
+from kaliper.application.pipeline import run_spec
 from kaliper.reporter.building.formatting import format_number as num
 from kaliper.reporter.building.report import Report, build_report
 from kaliper.reporter.comparison.baseline import ReportComparisons
@@ -113,7 +112,7 @@ def _run(tmp: Path, spec_text: str, template: str | None = None) -> Report:
         mp.setenv("KALIPER_PROMETHEUS", "")
         mp.setenv("KALIPER_PUSHGATEWAY", "")
         url = f"file://{tmp / 'store'}"
-        outcome = run_spec(load_spec(spec), reporting(), url)
+        outcome = run_spec(load_spec(spec), url)
         return build_report(open_storage(url), outcome.experiment_id)
 
 

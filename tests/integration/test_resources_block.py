@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kaliper.cli.process import reporting
+from kaliper.application.pipeline import run_spec
 from kaliper.errors import SchemaVersionError
 from kaliper.execution.cluster_documents import run_window, store_cluster_documents
-from kaliper.execution.pipeline import run_spec
 from kaliper.monitoring.sampler import LocalSampler
 from kaliper.reporter import write_report
 from kaliper.reporter.loading.aggregate import load_experiment
@@ -43,7 +42,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, s
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("KALIPER_PROMETHEUS", raising=False)
         mp.delenv("KALIPER_PUSHGATEWAY", raising=False)
-        result = run_spec(load_spec(spec), reporting(), f"file://{base / 'store'}")
+        result = run_spec(load_spec(spec), f"file://{base / 'store'}")
     assert not result.failed
     yield base / "store", result.experiment_id
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kaliper.cli.process import reporting
-from kaliper.execution.pipeline import run_spec
+from kaliper.application.pipeline import run_spec
 from kaliper.monitoring.metrics import SUMMARY_JOB
 from kaliper.reporter import write_report
 from kaliper.reporter.building.report import build_report
@@ -46,7 +45,7 @@ def test_report_pushes_one_group_per_spec_and_survives_a_dead_gateway(
     monkeypatch.setenv("KALIPER_PROMETHEUS", "")
     # A dead gateway: the run and its report succeed all the same (a warning, nothing else).
     monkeypatch.setenv("KALIPER_PUSHGATEWAY", dead_url)  # held dead for the whole test
-    result = run_spec(load_spec(spec), reporting(), f"file://{tmp_path / 'store'}")
+    result = run_spec(load_spec(spec), f"file://{tmp_path / 'store'}")
     assert not result.failed and result.report.summary_document["trials"]
 
     storage = open_storage(f"file://{tmp_path / 'store'}")

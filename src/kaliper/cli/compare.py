@@ -45,7 +45,7 @@ def compare_command(
     Exit codes: 0 no significant slowdown, 3 at least one comparison `slower`, 2 not comparable or bad
     input.
     """
-    from kaliper.cli.process import report_building
+    from kaliper.application.reporting import report_building
     from kaliper.reporter.building.verdict_tables import HEADERS, compare_markdown, contended_line, table_rows
     from kaliper.reporter.comparison.compare import compare_document, compare_experiments
     from kaliper.storage import dump_json, open_storage

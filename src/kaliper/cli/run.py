@@ -1,6 +1,6 @@
 """`kaliper validate`, `kaliper run` and `kaliper report`: a spec checked, run on this machine, reported.
 
-`kaliper run` is kaliper.execution.pipeline.run_spec (configure → execute → report), imported when the
+`kaliper run` is kaliper.application.pipeline.run_spec (configure → execute → report), imported when the
 command runs so that `--help` stays light.
 """
 
@@ -90,14 +90,12 @@ def run(
         except StorageURLError as exc:
             raise StorageURLError(f"--storage: {exc}") from None
     loaded = load_spec(spec)
-    from kaliper.cli.process import reporting  # after validation: a bad spec is refused fast
+    from kaliper.application.pipeline import run_spec, unstored_error  # after validation: refused fast
     from kaliper.execution.interrupt import StopRequest
-    from kaliper.execution.pipeline import run_spec, unstored_error
 
     with StopRequest().installed() as stop:
         result = run_spec(
             loaded,
-            reporting(),
             storage,
             stop=stop,
             preflight_mode=mode,
@@ -238,8 +236,7 @@ def report(
     A rerun gives the same bytes and changes nothing; a stored report with other content is refused
     (exit 2) unless `--replace`.
     """
-    from kaliper.cli.process import reporting
-    from kaliper.execution.pipeline import finish_report, open_spooled, unstored_error
+    from kaliper.application.pipeline import finish_report, open_spooled, unstored_error
     from kaliper.spec.services import EXPERIMENT_ID
 
     if not EXPERIMENT_ID.match(experiment):  # before storage is touched: no path games with the id
@@ -250,9 +247,7 @@ def report(
     # An unknown experiment: NotFoundError (exit 2) from loading it, before anything is written.
     # Through this machine's spool: objects a run could not store are stored first (kaliper.storage.spool).
     spooled = open_spooled(storage)
-    paths = finish_report(
-        spooled, experiment, reporting(), replace=replace, include_contended=include_contended
-    )
+    paths = finish_report(spooled, experiment, replace=replace, include_contended=include_contended)
     if paths.replaced:
         print(f"replaced: the previous report is kept in {paths.replaced}")
     print(f"report: {paths.markdown}")

@@ -124,16 +124,16 @@ def step_launch(
     from kaliper.execution.loop import run_each
 
     launcher = _launcher(
-        spec_text,
-        storage,
-        experiment,
-        workflow_name,
-        timeout,
-        workflow_uid,
-        workflow_namespace,
-        volume_claim,
-        mount_path,
-        templates_json,
+        spec_text=spec_text,
+        storage=storage,
+        experiment=experiment,
+        workflow_name=workflow_name,
+        timeout=timeout,
+        workflow_uid=workflow_uid,
+        workflow_namespace=workflow_namespace,
+        volume_claim=volume_claim,
+        mount_path=mount_path,
+        templates_json=templates_json,
     )
     run = RunRef(trial, repetition, job_sha256)
     (result,) = run_each(launcher.executor, [run], after_run=launcher.after_run, on_result=_raise_error)
@@ -166,16 +166,16 @@ def step_launch_chunk(
     from kaliper.steps.chunks import launch_chunk
 
     launcher = _launcher(
-        spec_text,
-        storage,
-        experiment,
-        workflow_name,
-        timeout,
-        workflow_uid,
-        workflow_namespace,
-        volume_claim,
-        mount_path,
-        templates_json,
+        spec_text=spec_text,
+        storage=storage,
+        experiment=experiment,
+        workflow_name=workflow_name,
+        timeout=timeout,
+        workflow_uid=workflow_uid,
+        workflow_namespace=workflow_namespace,
+        volume_claim=volume_claim,
+        mount_path=mount_path,
+        templates_json=templates_json,
     )
     outcomes = launch_chunk(
         launcher.storage,
@@ -218,6 +218,7 @@ def _raise_error(result: RunResult) -> None:
 
 
 def _launcher(
+    *,
     spec_text: str,
     storage: str,
     experiment: str,
@@ -286,7 +287,7 @@ def step_report(
 ) -> None:
     """Write the experiment's report (the workflow's exit handler); with --server-kind, delete the run's
     server first. The report is written even when a delete fails; the step then exits 1."""
-    from kaliper.cli.process import report_building
+    from kaliper.application.reporting import report_building
     from kaliper.errors import ExecutionError
     from kaliper.steps.report import report_step
     from kaliper.steps.server import teardown_server

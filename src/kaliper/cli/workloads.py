@@ -115,7 +115,7 @@ def exec_command(
 
     Example: kaliper exec --metric 'images_per_s=images/sec: ([0-9.]+)' -- python train.py --batch-size 32
     """
-    from kaliper.exec.command import run_command
+    from kaliper.wrapper.command import run_command
 
     rule = sampling_rule(SamplingRule(warmup, target_rel_ci, min_samples, max_samples, max_time, confidence))
     parsed = _exec_rules(rules, metric or [], metrics_format, success_pattern, failure_pattern)

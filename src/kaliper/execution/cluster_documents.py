@@ -5,13 +5,13 @@ run's environment document (`environment.json`) come from Prometheus over the ru
 after the run. The commands that write a report (`kaliper run`, `kaliper report`, `kaliper step report`)
 call `store_cluster_documents` first: it stores each missing document whole (never rewritten; reruns read
 it back), so the reporter only reads documents. Runs Prometheus could not be asked about get the reason
-as an unstored document (`Unstored`), which the entry point hands to the report; a later report asks again.
+as an unstored document (kaliper.results.unstored.Unstored), which the entry point hands to the report; a later report asks again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
@@ -27,23 +27,10 @@ from kaliper.results.readers import read_experiment, read_trial
 from kaliper.results.record import ResultRecord, load_record
 from kaliper.results.resources import store_resources, unavailable
 from kaliper.results.services import prometheus_url
+from kaliper.results.unstored import NOTHING, RunId, Unstored
 from kaliper.storage import Storage, layout
 
-RunId = tuple[str, int]  # (trial, repetition)
 NO_WINDOW: Final = "the run has no time window (it never started)"
-
-
-@dataclass(frozen=True, slots=True)
-class Unstored:
-    """What was found of runs whose documents were not stored: the resources block of a run without a
-    time window, and the `unknown` environment document of a cluster run Prometheus could not be asked
-    about (down, hung, the deadline spent), with why. Keyed by (trial, repetition)."""
-
-    resources: Mapping[RunId, dict[str, Any]] = field(default_factory=dict)
-    environment: Mapping[RunId, EnvironmentDoc] = field(default_factory=dict)
-
-
-NOTHING: Final = Unstored()
 
 
 def run_window(

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from kaliper.exec.command_record import command_record
 from kaliper.jobs.kubeflow import canonical_replica_type, primary_replica, replica_name, replicas_of
 from kaliper.metrics.extraction import Extraction, Extractor
 from kaliper.metrics.rules import ExtractionRules
@@ -26,6 +25,7 @@ from kaliper.results.documents import LaunchDoc, ReplicaLaunch, TrialDoc
 from kaliper.results.protocol import RESULT_LINE_PREFIX, RecordedBy, RunIdentity
 from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import Hardware, ResultRecord, Stack
+from kaliper.wrapper.command_record import command_record
 
 # (replica type, index) → the replica's output, stdout then stderr: the whole text (a pod log) or its
 # lines one by one (a local log file of any size, read in bounded memory).

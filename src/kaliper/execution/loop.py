@@ -1,7 +1,7 @@
 """The one run loop: a backend's runs in order, one or several at once, stopping on a signal, with what
 follows each run (the trial's samples file) called at one level, after the backend recorded it.
 
-Used by `kaliper run` (kaliper.execution.pipeline, any backend of kaliper.execution.executor) and by a
+Used by `kaliper run` (kaliper.application.pipeline, any backend of kaliper.execution.executor) and by a
 workflow's launch steps (kaliper.cli.steps: one run, or a chunk of runs with `concurrency`). A run whose
 backend raises becomes a failed result saying why (one run's error is not the sweep's end); a stop
 request (Ctrl-C, SIGTERM) lets the running run be stopped and recorded by its backend and starts no

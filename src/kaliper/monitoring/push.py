@@ -9,7 +9,7 @@ experiment/trial/repetition/replica (replica such as `master-0`):
 - `kaliper_last_sample_seconds` (gauge): duration of the last timed sample.
 - `kaliper_throughput{metric, unit}` (gauge): while sampling, `metric="samples_per_second"`; at the end
   also the workload's headline metric (for example `metric="gflops"`) at its median. A user's command
-  under `kaliper exec` (kaliper.exec.command) sets it to the latest value of each of its metrics
+  under `kaliper exec` (kaliper.wrapper.command) sets it to the latest value of each of its metrics
   as the values are read from its output (`on_value`); each value counts as a sample.
 - `kaliper_run_status{status}` (gauge, 1): `running`, then the record's status (`ok`, `not_converged`,
   `failed`).

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kaliper.errors import InputError
-from kaliper.execution.cluster_documents import NOTHING, Unstored
 from kaliper.reporter.building.report import Report, build_report, report_of
 from kaliper.reporter.comparison.baseline import compare_for_report
 from kaliper.reporter.loading.tables import ResultTables, load_tables, loading_pool
@@ -29,6 +28,7 @@ from kaliper.reporter.writers.outputs import report_markdown, results_csv
 from kaliper.reporter.writers.parquet import results_parquet
 from kaliper.reporter.writers.push_summary import push_summary
 from kaliper.results.readers import read_experiment
+from kaliper.results.unstored import NOTHING, Unstored
 from kaliper.storage import Storage, dump_json, layout
 
 REPORT_FILES = ("summary.json", "results.csv", "results.parquet", "report.md", "report.html")
@@ -97,7 +97,7 @@ def write_report(
     writes the report's files and derived caches only.
 
     The process settings that make a large report cheaper (no cyclic garbage collection while it is
-    built, glibc's mmap threshold held) are its caller's: kaliper.cli.process.report_building.
+    built, glibc's mmap threshold held) are its caller's: kaliper.application.reporting.report_building.
     """
     experiment = read_experiment(storage, experiment_id)
     with loading_pool(storage, experiment) as pool:  # it loads the experiment, then its baseline

@@ -18,7 +18,6 @@ import pytest
 
 from kaliper.configurator import write_plan
 from kaliper.errors import StorageError
-from kaliper.exec.command import is_primary
 from kaliper.execution.fromlogs import local_provenance
 from kaliper.execution.recorder import RunRecorder
 from kaliper.jobs.kubeflow import REPLICA_TYPES, primary_replica
@@ -29,6 +28,7 @@ from kaliper.results.protocol import RunIdentity, printed_record, result_line
 from kaliper.results.record import load_record
 from kaliper.storage import Storage, layout, open_storage
 from kaliper.storage.derived import read_derived, write_derived
+from kaliper.wrapper.command import is_primary
 from tests.support.synthetic import build_records, launch_doc, plan_experiment
 
 T0 = datetime(2026, 11, 27, 1, 0, tzinfo=UTC)
@@ -155,7 +155,7 @@ def test_derived_data_read_may_fail_and_writing_is_best_effort(
 
 
 def test_writing_a_report_leaves_the_process_settings_alone(tmp_path: Path) -> None:
-    """Garbage collection and malloc are the entry point's (kaliper.cli.process), not write_report's."""
+    """Garbage collection and malloc are the entry point's (kaliper.application.reporting), not write_report's."""
     storage, plan = _stored(tmp_path)
     for key, data in build_records(plan, 1):
         storage.put(key, data)

@@ -16,7 +16,6 @@ import pytest
 from kaliper.analysis.interference import InterferenceVerdict
 from kaliper.cli.trace import judgement_lines
 from kaliper.errors import TraceError
-from kaliper.exec import trace_steps as tracing
 from kaliper.execution.tracing.judgement import (
     Judging,
     RecordingRefused,
@@ -28,6 +27,7 @@ from kaliper.execution.tracing.judgement import (
 )
 from kaliper.execution.tracing.record import command_bundle, judged_recording
 from kaliper.trace.bundle import AttemptSummary, TraceMeta, TraceSource, parse_meta
+from kaliper.wrapper import trace_steps as tracing
 
 MS = 1_000_000
 LIMITS = SpreadLimits()
@@ -193,7 +193,7 @@ def test_an_older_bundle_loads_unknown_and_a_judged_one_round_trips() -> None:
 
 
 def _child(steps_ns: list[int], calls: list[Path]) -> Callable[[Path, Callable[[int], None]], None]:
-    """What the recording child leaves in its work folder (kaliper.exec.trace_steps), with these step times."""
+    """What the recording child leaves in its work folder (kaliper.wrapper.trace_steps), with these step times."""
 
     def record(folder: Path, follow: Callable[[int], None]) -> None:
         calls.append(folder)

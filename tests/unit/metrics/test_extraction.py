@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from kaliper.exec.emit import emit
 from kaliper.metrics.extraction import (
     MAX_LINE,
     TIME_TO_TRAIN,
@@ -21,6 +20,7 @@ from kaliper.metrics.extraction import (
 )
 from kaliper.metrics.rules import EMIT_PREFIX, METRICS_FILE_ENV, ExtractionRules, PatternMetric
 from kaliper.metrics.verdict import judge
+from kaliper.wrapper.emit import emit
 
 IMAGES = PatternMetric("images_per_s", r"([0-9.]+) images/sec", "images/s", "higher", skip_first=2)
 LOSS = PatternMetric("loss", r"loss ([0-9.]+)", "", "lower")
@@ -296,7 +296,7 @@ def test_emit_round_trip_through_a_real_file(tmp_path: Path, monkeypatch: pytest
 
 
 def test_emit_without_a_metrics_file_prints_lines_the_extraction_reads() -> None:
-    code = "from kaliper.exec.emit import emit; emit('acc', 0.9); emit('acc', 0.95)"
+    code = "from kaliper.wrapper.emit import emit; emit('acc', 0.9); emit('acc', 0.95)"
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

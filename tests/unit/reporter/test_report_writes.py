@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from kaliper.configurator import write_plan
-from kaliper.execution.cluster_documents import Unstored, store_cluster_documents
+from kaliper.execution.cluster_documents import store_cluster_documents
 from kaliper.reporter import build_report, write_report
 from kaliper.reporter.loading.tables import NOT_ASKED
 from kaliper.results.documents import to_document
+from kaliper.results.unstored import Unstored
 from kaliper.storage import Storage, layout, open_storage
 from tests.support.prom_services import free_port
 from tests.support.synthetic import build_records, launch_doc, plan_spec, runs_of, sweep_doc

@@ -30,7 +30,7 @@ REGENERATE = os.environ.get("KALIPER_REGENERATE") == "1"
 SETTINGS_FILE = "kaliper/settings.py"
 # The one listed place that may read variables by name: it runs at interpreter start-up inside a traced
 # command, where Kaliper's package may not be importable (kaliper.settings says so in its list).
-NAMED_READS_ALLOWED = {"kaliper/exec/autostep/sitecustomize.py"}
+NAMED_READS_ALLOWED = {"kaliper/wrapper/autostep/sitecustomize.py"}
 # KALIPER_* strings in src/ that are not variables, with what they are.
 NOT_SETTINGS = {
     "KALIPER_RESULT": "the prefix of the line a replica prints its record on when it cannot store it",
@@ -295,13 +295,13 @@ def test_only_settings_and_the_listed_places_use_the_environment() -> None:
         ('import os\nos.environ["X"] = "1"\n', "kaliper/a.py", "write"),
         ('def f(environ):\n    return environ.get("RANK")\n', "kaliper/a.py", "named read"),
         ("from os import environ\n", "kaliper/a.py", "named read"),
-        ('import os\nx = os.environ["HOME"]\n', "kaliper/exec/command.py", "named read"),
+        ('import os\nx = os.environ["HOME"]\n', "kaliper/wrapper/command.py", "named read"),
     ],
 )
 def test_the_scan_bites(source: str, rel: str, kind: str) -> None:
     """Each form of reading the environment is found, in a module not listed, and by name in one listed."""
     assert [u.kind for u in environment_uses(source)] == [kind]
-    assert offending_uses({rel: source}, {"kaliper/exec/command.py"}), source
+    assert offending_uses({rel: source}, {"kaliper/wrapper/command.py"}), source
 
 
 # --- every KALIPER_* name is declared -------------------------------------------------------------------

@@ -11,7 +11,7 @@ reporter sees one run per repetition. Runs are interleaved by repetition, and st
 matrix point (kaliper.execution.order), so slow drift of a shared machine does not read as a difference.
 Each trial's replicas run with its stack's interpreter (`RunSettings.pythons`, kaliper.stacks).
 Which runs run and in what order is the run loop's (kaliper.execution.loop); configuring before and
-reporting after is `kaliper run`'s (kaliper.execution.pipeline). The backend itself:
+reporting after is `kaliper run`'s (kaliper.application.pipeline). The backend itself:
 kaliper.execution.local.backend.
 """
 
@@ -30,7 +30,6 @@ from rich.console import Console
 from kaliper import settings as kaliper_settings  # `settings` here are a run's (RunSettings)
 from kaliper.configurator import ExperimentPlan, TrialPlan
 from kaliper.errors import InputError
-from kaliper.exec.command import framework_version
 from kaliper.execution.executor import RunRef, RunResult, RunSettings
 from kaliper.execution.fromlogs import local_provenance
 from kaliper.execution.local.job import JobResult, LocalJob, ReplicaProcess
@@ -52,6 +51,7 @@ from kaliper.results.resources import store_resources
 from kaliper.results.services import prometheus_url, pushgateway_url
 from kaliper.spec.interference import InterferenceSpec
 from kaliper.storage import Storage, layout, open_storage
+from kaliper.wrapper.command import framework_version
 
 GPU_FIGURES = tuple(name for name, _, _ in GPU_FIGURE_DEFS)
 

@@ -44,7 +44,6 @@ from rich.console import Console
 from kaliper import settings as kaliper_settings
 from kaliper.configurator import ExperimentPlan, TrialPlan
 from kaliper.errors import ExecutionError
-from kaliper.exec.command import framework_version
 from kaliper.execution.completion import Condition, job_condition
 from kaliper.execution.executor import ExecutionContext, RunRef, RunResult, RunSettings
 from kaliper.execution.fromlogs import local_provenance
@@ -63,6 +62,7 @@ from kaliper.results.environment import store_environment
 from kaliper.spec.slurm import SlurmSpec
 from kaliper.spec.units import parse_quantity
 from kaliper.storage import Storage, layout
+from kaliper.wrapper.command import framework_version
 
 NAME = "slurm"
 # States in which the job ended without its tasks deciding: the run failed, named by the state.

@@ -5,7 +5,7 @@ Both run in a child process whose glibc malloc keeps its memory (MALLOC_MMAP_THR
 MALLOC_TRIM_THRESHOLD_ at 1e9): the replay runs under the same settings, and without them the
 original's and the replay's allocators cache memory differently enough to move fidelity from ~0.97 to
 anywhere in 0.69–1.76. glibc reads these only at start-up, hence the child. The child counts steps with
-kaliper.exec.trace_steps and leaves the execution trace and a partial metadata file in a work folder;
+kaliper.wrapper.trace_steps and leaves the execution trace and a partial metadata file in a work folder;
 `finish` turns them into the bundle's `trace.json` and compressed trace.
 
 The built-in model's step mirrors cnn_torch's training step (forward, cross-entropy, backward, SGD with
@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 
 from kaliper import settings
 from kaliper.errors import TraceError
-from kaliper.exec import trace_steps as tracing
 from kaliper.execution.tracing.judgement import (
     Judging,
     RecordingRefused,
@@ -60,6 +59,7 @@ from kaliper.trace.bundle import (
     TraceSteps,
     trace_id,
 )
+from kaliper.wrapper import trace_steps as tracing
 
 if TYPE_CHECKING:
     from kaliper.analysis.interference import Thresholds
@@ -199,7 +199,7 @@ def command_bundle(
     """Run the user's command (argv, its output shown as it comes) with a trace folder in its
     environment; its steps are marked by kaliper.trace_steps() or counted at each optimizer.step().
     A re-timed recording runs the command again."""
-    from kaliper.exec.autostep import FOLDER
+    from kaliper.wrapper.autostep import FOLDER
 
     if not command:
         raise TraceError("no command given after `--`")

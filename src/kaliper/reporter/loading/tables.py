@@ -25,7 +25,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from kaliper.execution.cluster_documents import NOTHING, Unstored
 from kaliper.monitoring import prometheus
 from kaliper.reporter.loading.aggregate import Chunk, load_chunk, map_chunks
 from kaliper.reporter.loading.csv_rows import CsvRows, chunk_csv_rows
@@ -35,6 +34,7 @@ from kaliper.reporter.loading.workers import LoadPool, inherited_storage, pool_f
 from kaliper.results.documents import ExperimentDoc
 from kaliper.results.resources import unavailable
 from kaliper.results.services import prometheus_url
+from kaliper.results.unstored import NOTHING, Unstored
 from kaliper.storage import Storage
 
 

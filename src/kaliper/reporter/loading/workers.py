@@ -10,7 +10,7 @@ load, and what they send back.
 The storage is what the processes inherit at the fork (nothing is pickled to them but each chunk's
 arguments); a load from another storage starts its own pool. A pool's processes are entry points of their
 own: each task runs with the process settings of a report (kaliper.reporter.loading.bulk), which the process that
-started them sets at its own entry (kaliper.cli.process), never the library. What they send back is
+started them sets at its own entry (kaliper.application.reporting), never the library. What they send back is
 pickled as its dataclasses' field values: the reducers are registered here, as a pool is set up, in this
 process and in each of the pool's (kaliper.reporter.loading.pickling).
 """

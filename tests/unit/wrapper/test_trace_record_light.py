@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kaliper.exec.autostep import FOLDER
+from kaliper.wrapper.autostep import FOLDER
 
 INERT = """
 import sys, kaliper

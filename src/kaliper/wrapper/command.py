@@ -301,7 +301,7 @@ def _record(
 ) -> ResultRecord:
     # Imported once the command has ended: the record's statistics need numpy/scipy (~0.3 s to import),
     # which should neither delay the command's start nor run beside it.
-    from kaliper.exec.command_record import command_record
+    from kaliper.wrapper.command_record import command_record
 
     return command_record(
         identity,

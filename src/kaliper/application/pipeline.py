@@ -2,13 +2,11 @@
 
 Before anything is written, a baseline the spec names must be in storage, and an optional pre-flight
 (kaliper.execution.neighbours.preflight) waits for a quiet machine.
-The configurator writes the experiment and its trials to storage, the local executor runs every trial ×
-repetition (kaliper.execution.local.runner: it only runs jobs), and the reporter writes the report, also
-when runs failed. Nothing here decides anything the parts do not: it puts them in order.
-
-The reporter sits above this layer, so the entry point hands its two parts in (`Reporting`: the samples
-file after each run, the report at the end; kaliper.cli.process.reporting), with the process settings a
-large report wants.
+The configurator writes the experiment and its trials to storage, the spec's backend runs every trial ×
+repetition (kaliper.execution.executor; the run loop: kaliper.execution.loop), each trial's samples file
+follows its runs (kaliper.reporter.loading.trial_samples), and the reporter writes the report, also when
+runs failed (kaliper.application.reporting). Nothing here decides anything the parts do not: it puts them
+in order.
 """
 
 from __future__ import annotations
@@ -16,19 +14,17 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kaliper.application.reporting import report_experiment
 from kaliper.configurator import configure, write_plan
 from kaliper.configurator.baseline import require_named_baseline
 from kaliper.configurator.podenv import REGION_ENV, S3_ENDPOINT_ENV
 from kaliper.errors import InputError, KaliperError, StorageError
-from kaliper.execution import AfterRun
 from kaliper.execution.executor import ExecutionContext, Executor, RunRef, RunResult, RunSettings, backend
 from kaliper.execution.interrupt import StopRequest
 from kaliper.execution.loop import run_each
@@ -36,37 +32,20 @@ from kaliper.execution.neighbours.calibration import CalibrationStore
 from kaliper.execution.neighbours.preflight import DEFAULT_WAIT_S, PreflightMode, PreflightResult, preflight
 from kaliper.execution.order import run_order
 from kaliper.jobs import env
+from kaliper.reporter import ReportPaths
+from kaliper.reporter.loading.trial_samples import write_trial_samples
 from kaliper.spec import BenchmarkSpec, LoadedSpec, StackSpec
 from kaliper.spec.loader import workdir_of
 from kaliper.storage import FILE_SCHEME, Storage, file_path, layout, open_storage
 from kaliper.storage.spool import Spool, SpoolingStorage, spool_root
 
 
-class WrittenReport(Protocol):
-    """What the pipeline reads of a written report: its summary.json (the runs it counted as failed)."""
-
-    @property
-    def summary_document(self) -> dict[str, object]: ...
-
-
-R = TypeVar("R", bound=WrittenReport)
-
-
 @dataclass(frozen=True)
-class Reporting(Generic[R]):
-    """The report step as the pipeline runs it, handed in by the entry point."""
-
-    after_run: AfterRun  # after each run of a trial: its samples file
-    # (storage, experiment id, replace, include_contended) → the written report
-    write: Callable[[Storage, str, bool, bool], R]
-
-
-@dataclass(frozen=True)
-class LocalRunResult(Generic[R]):
+class LocalRunResult:
     experiment_id: str
     storage: SpoolingStorage
     outcomes: list[RunResult]
-    report: R
+    report: ReportPaths
     preflight: PreflightResult | None = None
 
     @property
@@ -135,14 +114,13 @@ def prepare_stacks(loaded: LoadedSpec, console: Console | None) -> dict[str, str
 
 def run_spec(
     loaded: LoadedSpec,
-    reporting: Reporting[R],
     storage_url: str | None = None,
     console: Console | None = None,
     stop: StopRequest | None = None,
     preflight_mode: PreflightMode = "off",
     preflight_wait_s: float = DEFAULT_WAIT_S,
     executor: str | None = None,
-) -> LocalRunResult[R]:
+) -> LocalRunResult:
     """Configure → execute every trial × repetition with the spec's backend (or `executor`) → report (a
     report also when runs fail).
 
@@ -168,7 +146,7 @@ def run_spec(
         thresholds = loaded.spec.sampling.interference.thresholds()
         checked = preflight(preflight_mode, thresholds, preflight_wait_s, calibration, echo)
     _warn_if_root(loaded)
-    recover_spooled(storage, reporting, skip=plan.experiment.id)
+    recover_spooled(storage, skip=plan.experiment.id)
     write_plan(plan, storage)
     settings = RunSettings(
         should_stop=stop,
@@ -180,14 +158,15 @@ def run_spec(
     name = executor or loaded.spec.executor
     options = {"slurm": loaded.spec.slurm, "timeout_s": loaded.spec.job.timeout}
     context = ExecutionContext(storage, plan, settings, options, console)
-    outcomes = execute(backend(name, context), context, reporting.after_run)  # execute
-    report = finish_report(storage, plan.experiment.id, reporting)  # report
+    outcomes = execute(backend(name, context), context)  # execute
+    report = finish_report(storage, plan.experiment.id)  # report
     return LocalRunResult(plan.experiment.id, storage, outcomes, report, checked)
 
 
-def execute(executor: Executor, context: ExecutionContext, after_run: AfterRun) -> list[RunResult]:
+def execute(executor: Executor, context: ExecutionContext, samples_files: bool = True) -> list[RunResult]:
     """Every repetition of every trial through the run loop (kaliper.execution.loop), interleaved
-    (kaliper.execution.order), with a progress bar; the results in run order.
+    (kaliper.execution.order), with a progress bar; the results in run order. After each run its trial's
+    samples file is written again (`samples_files`; a caller that reports nothing leaves it out).
 
     When `should_stop` answers a signal, the running job is stopped and recorded as failed by its backend
     and no further run starts: the runs not started are missing from the report."""
@@ -202,6 +181,10 @@ def execute(executor: Executor, context: ExecutionContext, after_run: AfterRun) 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(f"{plan.experiment.id}", total=len(runs))
+
+        def after_run(run: RunRef) -> None:
+            if samples_files:
+                write_trial_samples(storage, plan.experiment.id, run.trial)
 
         def started(run: RunRef) -> None:
             progress.update(task, description=f"{run.trial} ({points[run.trial]}) rep {run.repetition}")
@@ -222,7 +205,7 @@ def execute(executor: Executor, context: ExecutionContext, after_run: AfterRun) 
             executor,
             runs,
             should_stop=context.settings.should_stop,
-            after_run=lambda run: after_run(storage, plan.experiment.id, run.trial),  # the samples file
+            after_run=after_run,
             on_start=started,
             on_result=finished,
         )
@@ -251,12 +234,8 @@ def unstored_error(storage: SpoolingStorage, experiment: str) -> StorageError | 
 
 
 def finish_report(
-    storage: SpoolingStorage,
-    experiment: str,
-    reporting: Reporting[R],
-    replace: bool = False,
-    include_contended: bool = False,
-) -> R:
+    storage: SpoolingStorage, experiment: str, replace: bool = False, include_contended: bool = False
+) -> ReportPaths:
     """Sync what the spool holds, write the report, sync again; forget the journal once all is stored.
 
     While storage stays unusable the report is made from the spool and written there: its paths say so,
@@ -265,7 +244,7 @@ def finish_report(
     if not storage.stored(experiment):
         with contextlib.suppress(KaliperError):
             storage.sync(experiment)
-    report = reporting.write(storage, experiment, replace, include_contended)
+    report = report_experiment(storage, experiment, replace, include_contended)
     if not storage.stored(experiment):
         with contextlib.suppress(KaliperError):
             storage.sync(experiment)
@@ -274,7 +253,7 @@ def finish_report(
     return report
 
 
-def recover_spooled(storage: SpoolingStorage, reporting: Reporting[R], skip: str | None = None) -> list[str]:
+def recover_spooled(storage: SpoolingStorage, skip: str | None = None) -> list[str]:
     """Put experiments an earlier run could not store into storage and report them; those recovered."""
     recovered = []
     for experiment in storage.spool.unstored():
@@ -282,7 +261,7 @@ def recover_spooled(storage: SpoolingStorage, reporting: Reporting[R], skip: str
             continue
         try:
             count = storage.sync(experiment)
-            finish_report(storage, experiment, reporting)
+            finish_report(storage, experiment)
         except KaliperError as exc:
             print(f"warning: {experiment} stays in the local spool: {exc}", file=sys.stderr)
             continue

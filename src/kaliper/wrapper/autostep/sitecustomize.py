@@ -6,7 +6,7 @@ It imports nothing heavy: without KALIPER_TRACE_DIR and KALIPER_TRACE_AUTO=1 it 
 next `sitecustomize` on the path (a virtualenv's or a distribution's, which this module would otherwise
 hide). With them, it waits for torch.optim.optimizer to be imported by the script itself (importing
 torch here would run before the script sets its threads or devices) and then registers a global
-optimizer-step hook, kaliper.exec.trace_steps.optimizer_post_hook.
+optimizer-step hook, kaliper.wrapper.trace_steps.optimizer_post_hook.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     try:
-        from kaliper.exec.trace_steps import optimizer_post_hook
+        from kaliper.wrapper.trace_steps import optimizer_post_hook
     except ImportError:  # an interpreter without Kaliper on its path: use the copy this file came from
         sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(_HERE))))
-        from kaliper.exec.trace_steps import optimizer_post_hook
+        from kaliper.wrapper.trace_steps import optimizer_post_hook
     optimizer_post_hook(optimizer, args, kwargs)
 
 

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 
 from kaliper.cli.workloads import _exec_rules, _scalar
 from kaliper.errors import InputError
-from kaliper.exec.command import framework_version, is_primary
 from kaliper.execution.fromlogs import local_provenance, records_from_logs, sampling_rule
 from kaliper.metrics.lines import LineSplitter
 from kaliper.metrics.rules import ExtractionRules, PatternMetric
 from kaliper.monitoring.push import LivePusher, Pusher
 from kaliper.results.documents import JobRef, LaunchDoc, ReplicaLaunch, StackRef, TrialDoc
 from kaliper.results.protocol import RunIdentity
+from kaliper.wrapper.command import framework_version, is_primary
 
 LIMIT = 8
 

@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kaliper.exec.command_record import WALL_TIME_FORMULA, command_record
 from kaliper.metrics.extraction import Extraction, extract_text
 from kaliper.metrics.rules import WALL_TIME, ExtractionRules, PatternMetric
 from kaliper.metrics.sampling import SamplingRule
@@ -17,6 +16,7 @@ from kaliper.metrics.verdict import judge
 from kaliper.results.protocol import RunIdentity
 from kaliper.results.provenance import capture_hardware, capture_stack
 from kaliper.results.record import Hardware, Metric, MetricSummary, ResultRecord, Stack, load_record
+from kaliper.wrapper.command_record import WALL_TIME_FORMULA, command_record
 
 PATTERN = r"([0-9.]+) images/sec"
 RULES = ExtractionRules(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kaliper.stacks.environment import StackEnvironment
+from kaliper.stacks.prepared import StackEnvironment
 from kaliper.stacks.store import stacks_root
 
 if TYPE_CHECKING:

@@ -16,12 +16,12 @@ import kaliper
 from kaliper.errors import StackBuildError, StackError
 from kaliper.spec.stack import StackSpec, stack_requirements
 from kaliper.stacks.build import BuildPlan, build_environment
-from kaliper.stacks.environment import StackEnvironment
 from kaliper.stacks.install import base_requirements, package_digest, package_dir
 from kaliper.stacks.interpreter import resolve_interpreter
 from kaliper.stacks.key import PythonInfo, environment_key, key_inputs
 from kaliper.stacks.lock import cuda_packages, cuda_refusal, lock_lines, lock_packages
 from kaliper.stacks.pipconfig import read_pip_config
+from kaliper.stacks.prepared import StackEnvironment
 from kaliper.stacks.store import read_metadata, stacks_root, touch_last_used
 from kaliper.stacks.uvtool import COMPILE_TIMEOUT, Uv, compile_args, error_summary, find_uv
 

@@ -83,7 +83,7 @@ class AttemptSummary(BaseModel):
 
 
 class TraceJudgement(BaseModel):
-    """How the recording's timed steps were judged: its neighbours (kaliper.execution.neighbours.environment,
+    """How the recording's timed steps were judged: its neighbours (kaliper.execution.neighbours.run_monitor,
     as a run's environment.json) and their own spread (kaliper.execution.tracing.record's rule). The original
     step time is the denominator of every later fidelity figure, so a bundle says whether it was measured
     quietly."""

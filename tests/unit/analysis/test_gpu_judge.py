@@ -12,7 +12,7 @@ import pytest
 
 from kaliper.analysis.interference import InterferenceVerdict, Thresholds, judge_interference
 from kaliper.errors import SpecError
-from kaliper.execution.neighbours.environment import RunMonitor
+from kaliper.execution.neighbours.run_monitor import RunMonitor
 from kaliper.monitoring.interference import CpuTimes, Signals
 from kaliper.monitoring.probe import ProbeResult
 from kaliper.results.environment import EnvironmentDoc, environment_document

@@ -13,8 +13,8 @@ from kaliper.configurator import configure
 from kaliper.errors import SpecError
 from kaliper.execution.neighbours import calibration
 from kaliper.execution.neighbours.calibration import CalibrationStore, hardware_fingerprint
-from kaliper.execution.neighbours.environment import interference_of, judge_run
 from kaliper.execution.neighbours.preflight import MachineBusy, MachineSample, judge_machine, preflight
+from kaliper.execution.neighbours.run_monitor import interference_of, judge_run
 from kaliper.monitoring.interference import CpuTimes, Signals
 from kaliper.monitoring.probe import ProbeResult
 from kaliper.spec.interference import InterferenceSpec

@@ -17,7 +17,6 @@ from kaliper.analysis.interference import (
     probe_band,
 )
 from kaliper.execution.neighbours.calibration import CalibrationStore
-from kaliper.execution.neighbours.environment import RunMonitor, timed_probe
 from kaliper.execution.neighbours.preflight import (
     SEED_BELOW,
     SEED_CALLS,
@@ -27,6 +26,7 @@ from kaliper.execution.neighbours.preflight import (
     sample_machine,
     seed_history,
 )
+from kaliper.execution.neighbours.run_monitor import RunMonitor, timed_probe
 from kaliper.monitoring.probe import ProbeHistory, ProbeResult, ProbeSpread
 from kaliper.spec.interference import InterferenceSpec
 

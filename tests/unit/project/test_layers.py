@@ -103,7 +103,7 @@ def test_the_reporter_keeps_its_rooms(tmp_path: Path) -> None:
             "kaliper.reporter.comparison is not allowed to import kaliper.reporter.writers",
         ),
         # A module of the reporter in no room (the contract is exhaustive).
-        ("reporter/stray.py", "import kaliper.reporter.loading.model", "Reporter rooms BROKEN"),
+        ("reporter/stray.py", "import kaliper.reporter.loading.loaded", "Reporter rooms BROKEN"),
     ],
 )
 def test_the_reporter_rooms_bite(package_copy: Path, module: str, line: str, broken: str) -> None:

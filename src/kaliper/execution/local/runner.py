@@ -3,7 +3,7 @@
 Per run: the replicas' logs, launch.json (phases, replicas, failure), stand-in records for replicas of a
 failed run that stored none (kaliper.results.protocol, as the cluster's launch step does), and, without
 Prometheus, the resources block from this executor's own sampling, and environment.json: what the run
-saw of its neighbours and its verdict, `quiet` or `contended` (kaliper.execution.neighbours.environment). With
+saw of its neighbours and its verdict, `quiet` or `contended` (kaliper.execution.neighbours.run_monitor). With
 `sampling.interference.retry_contended: N` a contended run is run again, up to N more times: each
 attempt stores into a staging folder first, the last one becomes the run (`runs/<repetition>/`) and the
 earlier ones are kept under `runs/<repetition>/attempts/<n>/`, so nothing is ever rewritten and the
@@ -34,7 +34,7 @@ from kaliper.execution.executor import RunRef, RunResult, RunSettings
 from kaliper.execution.fromlogs import local_provenance
 from kaliper.execution.local.job import JobResult, LocalJob, ReplicaProcess
 from kaliper.execution.neighbours.calibration import CalibrationStore
-from kaliper.execution.neighbours.environment import RunMonitor, interference_of
+from kaliper.execution.neighbours.run_monitor import RunMonitor, interference_of
 from kaliper.execution.recorder import LOG_TAIL_LINES, RunRecorder
 from kaliper.jobs import env as env_names
 from kaliper.jobs.kubeflow import Replica, primary_replica, replica_id, replica_name

@@ -31,7 +31,7 @@ from typing import Any, Final, Literal
 from kaliper.analysis.interference import InterferenceVerdict, Thresholds, judge_interference
 from kaliper.errors import KaliperError
 from kaliper.execution.neighbours.calibration import CalibrationStore
-from kaliper.execution.neighbours.environment import timed_probe
+from kaliper.execution.neighbours.run_monitor import timed_probe
 from kaliper.monitoring.interference import InterferenceWindow, Signals
 from kaliper.monitoring.nvml import GpuSampler
 from kaliper.monitoring.probe import ProbeResult, ProbeSpread

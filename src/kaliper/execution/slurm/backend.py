@@ -50,7 +50,7 @@ from kaliper.execution.fromlogs import local_provenance
 from kaliper.execution.interrupt import INTERRUPTED
 from kaliper.execution.local.runner import bounded_log, log_limit
 from kaliper.execution.neighbours.calibration import CalibrationStore
-from kaliper.execution.neighbours.environment import RunMonitor, interference_of
+from kaliper.execution.neighbours.run_monitor import RunMonitor, interference_of
 from kaliper.execution.recorder import RunRecorder
 from kaliper.execution.slurm import control
 from kaliper.execution.slurm.tasks import Task, job_tasks, task_table

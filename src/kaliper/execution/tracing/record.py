@@ -64,7 +64,7 @@ from kaliper.wrapper import trace_steps as tracing
 if TYPE_CHECKING:
     from kaliper.analysis.interference import Thresholds
     from kaliper.execution.neighbours.calibration import CalibrationStore
-    from kaliper.execution.neighbours.environment import Judged, RunMonitor
+    from kaliper.execution.neighbours.run_monitor import Judged, RunMonitor
     from kaliper.monitoring.nvml import GpuSampler
     from kaliper.spec.interference import InterferenceSpec
 
@@ -242,7 +242,7 @@ def judged_recording(
     """Record, judge, and record again or refuse (see the module's docstring); the bundle to store, its
     metadata carrying the judgement. Raises RecordingRefused (nothing stored) when no attempt passed."""
     from kaliper.execution.neighbours.calibration import CalibrationStore
-    from kaliper.execution.neighbours.environment import interference_of
+    from kaliper.execution.neighbours.run_monitor import interference_of
 
     spec = interference_of({})  # the defaults, and KALIPER_INTERFERENCE=off
     store = CalibrationStore() if spec.enabled else None
@@ -327,7 +327,7 @@ class _Watch:
 
     @classmethod
     def open(cls, spec: InterferenceSpec, store: CalibrationStore | None, env: Mapping[str, str]) -> _Watch:
-        from kaliper.execution.neighbours.environment import RunMonitor
+        from kaliper.execution.neighbours.run_monitor import RunMonitor
         from kaliper.monitoring.nvml import GpuSampler
 
         monitor = RunMonitor.open(spec, store)  # the probe before: outside the GPU sampler's window

@@ -4,7 +4,7 @@ note, the recording lines.
 
 A contended run is kept and shown (its row, its figures) but left out of its trial's median, CI, the
 comparisons and history by default; `include_contended` counts it. Which runs, why and how many were left
-out is worded once, in kaliper.reporter.loading.interference (the rows of results.csv and results.parquet
+out is worded once, in kaliper.reporter.loading.contended_runs (the rows of results.csv and results.parquet
 and the comparisons say it too); this builds the reports' sections on it. All of it appears only when at
 least one run of the experiment has an environment document: a report of an experiment from before they
 existed is byte-identical to what it always was.
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from kaliper.reporter.loading.aggregate import trial_metrics
-from kaliper.reporter.loading.interference import MAX_REASONS, left_out_note, run_reason
-from kaliper.reporter.loading.model import RunResult, TrialMetric, TrialResult
+from kaliper.reporter.loading.contended_runs import MAX_REASONS, left_out_note, run_reason
+from kaliper.reporter.loading.loaded import RunResult, TrialMetric, TrialResult
 from kaliper.results.views import RecordingView
 
 MAX_NAMED_TRIALS = 20  # trials named in a recording line; the others are counted

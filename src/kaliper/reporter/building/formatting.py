@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kaliper.benchmarks.catalog import WORKLOADS, get_workload
-from kaliper.reporter.loading.model import RunResult, TrialResult
+from kaliper.reporter.loading.loaded import RunResult, TrialResult
 from kaliper.results.load_view import SERVE_WORKLOAD  # the workload whose samples LoadGen takes
 
 

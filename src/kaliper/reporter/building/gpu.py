@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kaliper.reporter.building.formatting import format_bytes, format_number
-from kaliper.reporter.loading.model import RunResult, TrialResult
+from kaliper.reporter.loading.loaded import RunResult, TrialResult
 from kaliper.results.record import Hardware
 
 # NVML clock-event reasons (kaliper.monitoring.gpu_window.EVENT_REASONS) in words, in the order a report lists

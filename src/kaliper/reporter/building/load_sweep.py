@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from kaliper.analysis.load_sweep import CLOSED_LOOP, KNEE_FACTOR, LoadPoint, SweepAnswer, sweep_answer
 from kaliper.reporter.building.formatting import format_number
-from kaliper.reporter.loading.model import ExperimentResult, several_stacks
+from kaliper.reporter.loading.loaded import ExperimentResult, several_stacks
 from kaliper.results.load_view import LoadView
 
 SCENARIO = "Server"  # LoadGen's scenario whose answer is a load: the others have no latency bound to meet

@@ -17,7 +17,7 @@ from typing import Any
 
 from kaliper.reporter.building.summary import summary_document
 from kaliper.reporter.comparison.baseline import ReportComparisons, compare_for_report
-from kaliper.reporter.loading.model import ExperimentResult
+from kaliper.reporter.loading.loaded import ExperimentResult
 from kaliper.reporter.loading.tables import load_tables, loading_pool
 from kaliper.results.readers import read_experiment
 from kaliper.results.unstored import NOTHING, Unstored

@@ -42,8 +42,8 @@ from kaliper.analysis.verdicts import (
 from kaliper.errors import InputError, NotFoundError
 from kaliper.reporter.comparison.compare_cache import ComparisonCache, FamilyDigest
 from kaliper.reporter.loading.aggregate import ExperimentResult, RunResult, TrialResult, load_experiment
+from kaliper.reporter.loading.contended_runs import left_out_note, quiet_count
 from kaliper.reporter.loading.fingerprint import hardware_label
-from kaliper.reporter.loading.interference import left_out_note, quiet_count
 from kaliper.reporter.loading.workers import LoadPool
 from kaliper.storage import Storage
 

@@ -20,7 +20,7 @@ For a step, the stack difference between the last point before it and the step's
 packages whose versions changed (or came or went), the image digest, Python.
 
 A point is a trial's median from its summary.json, which counts quiet runs only (contended ones left
-out, kaliper.reporter.loading.interference); a point says how many runs were left out and why. A trial left with
+out, kaliper.reporter.loading.contended_runs); a point says how many runs were left out and why. A trial left with
 fewer quiet runs than its `min_quiet_runs` is no point at all (listed as skipped, with the reason), so
 no step or outlier rests on it. `include_contended` reads the figures with the contended runs counted
 (the summary's `interference.with_contended`) instead.

@@ -21,7 +21,7 @@ from kaliper.results.provenance import normalize_name
 from kaliper.results.record import Stack
 
 if TYPE_CHECKING:
-    from kaliper.reporter.loading.model import ExperimentResult
+    from kaliper.reporter.loading.loaded import ExperimentResult
 
 Kind = Literal["package", "blas", "python", "env"]
 KINDS: tuple[Kind, ...] = ("package", "blas", "python", "env")

@@ -21,7 +21,7 @@ from kaliper.analysis.statistics import RunStats, run_stats_many, trial_stats
 from kaliper.jobs.kubeflow import primary_replica, replica_name, run_status
 from kaliper.metrics.extraction import TIME_TO_TRAIN
 from kaliper.metrics.rules import WALL_TIME, ExtractionRules
-from kaliper.reporter.loading.model import (
+from kaliper.reporter.loading.loaded import (
     MEASURED,
     ExperimentResult,
     RunResult,
@@ -57,7 +57,7 @@ from kaliper.results.views import Interner
 from kaliper.storage import Storage, layout
 from kaliper.storage.readahead import ReadAhead
 
-# The model lives in kaliper.reporter.loading.model; it is importable from here as it always was.
+# The model lives in kaliper.reporter.loading.loaded; it is importable from here as it always was.
 __all__ = [
     "ENV_WORKERS",
     "MEASURED",

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kaliper.reporter.loading.interference import run_reason
-from kaliper.reporter.loading.model import RunResult, TrialResult, several_stacks
+from kaliper.reporter.loading.contended_runs import run_reason
+from kaliper.reporter.loading.loaded import RunResult, TrialResult, several_stacks
 
 FIXED_COLUMNS = 8  # experiment ... n_samples: then the parameters
 

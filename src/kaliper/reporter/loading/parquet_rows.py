@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from kaliper.reporter.loading.arrow_columns import arrow_column, list_column
+from kaliper.reporter.loading.contended_runs import run_reason
 from kaliper.reporter.loading.fingerprint import fingerprint
-from kaliper.reporter.loading.interference import run_reason
-from kaliper.reporter.loading.model import RunResult, TrialResult
+from kaliper.reporter.loading.loaded import RunResult, TrialResult
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]

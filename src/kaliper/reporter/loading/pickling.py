@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kaliper.analysis.statistics import RunStats, TrialStats
-from kaliper.reporter.loading.model import RunResult, TrialMetric, TrialResult
+from kaliper.reporter.loading.loaded import RunResult, TrialMetric, TrialResult
 from kaliper.results.load_view import LoadView
 from kaliper.results.views import LaunchView, MetricView, RecordingView, RecordView, StepSpreadView
 

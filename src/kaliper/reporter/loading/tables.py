@@ -28,7 +28,7 @@ from typing import Any
 from kaliper.monitoring import prometheus
 from kaliper.reporter.loading.aggregate import Chunk, load_chunk, map_chunks
 from kaliper.reporter.loading.csv_rows import CsvRows, chunk_csv_rows
-from kaliper.reporter.loading.model import ExperimentResult, RunResult, TrialResult
+from kaliper.reporter.loading.loaded import ExperimentResult, RunResult, TrialResult
 from kaliper.reporter.loading.parquet_rows import ParquetRows, parquet_rows
 from kaliper.reporter.loading.workers import LoadPool, inherited_storage, pool_for
 from kaliper.results.documents import ExperimentDoc

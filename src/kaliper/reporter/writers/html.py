@@ -34,8 +34,8 @@ from kaliper.reporter.building.verdict_tables import HEADERS, sections
 from kaliper.reporter.comparison.baseline import ReportComparisons
 from kaliper.reporter.comparison.stackdiff import KEY_PACKAGES, difference_lines, heading
 from kaliper.reporter.loading.aggregate import ExperimentResult, RunResult, TrialResult, run_medians
-from kaliper.reporter.loading.interference import left_out_note
-from kaliper.reporter.loading.model import several_stacks
+from kaliper.reporter.loading.contended_runs import left_out_note
+from kaliper.reporter.loading.loaded import several_stacks
 from kaliper.reporter.writers.html_load_sweep import load_sweep_section
 from kaliper.reporter.writers.html_page import (
     DETAIL_FAILURES,

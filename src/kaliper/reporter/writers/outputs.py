@@ -50,9 +50,9 @@ from kaliper.reporter.building.load_sweep import answer_lines, definitions, load
 from kaliper.reporter.building.report import Report
 from kaliper.reporter.building.verdict_tables import markdown_lines
 from kaliper.reporter.loading.aggregate import ExperimentResult, TrialResult, run_medians
+from kaliper.reporter.loading.contended_runs import left_out_note
 from kaliper.reporter.loading.csv_rows import csv_header, csv_shape, widen
-from kaliper.reporter.loading.interference import left_out_note
-from kaliper.reporter.loading.model import several_stacks
+from kaliper.reporter.loading.loaded import several_stacks
 from kaliper.reporter.loading.tables import ResultTables
 
 

@@ -10,7 +10,7 @@ is `unknown` and counts as quiet, so an experiment from before they existed read
 
 from __future__ import annotations
 
-from kaliper.reporter.loading.model import RunResult, TrialResult
+from kaliper.reporter.loading.loaded import RunResult, TrialResult
 
 MAX_REASONS = 3  # distinct reasons quoted in a note; the rest are counted
 

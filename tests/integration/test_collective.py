@@ -18,7 +18,7 @@ import yaml
 from kaliper.benchmarks.collective.formulas import bus_factor
 from kaliper.jobs.operator_env import free_ports
 from kaliper.results.record import ResultRecord, load_record
-from tests.support.ddp import IMAGE, LAUNCHER_ENV
+from tests.support.ddp import IMAGE, LAUNCHER_ENV, kaliper_run
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -54,23 +54,6 @@ def spec(name: str, op: str) -> str:
     return yaml.safe_dump(document, sort_keys=False)
 
 
-def kaliper_run(text: str, directory: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
-    path = directory / "spec.yaml"
-    path.write_text(text)
-    store = directory / "store"
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}
-    proc = subprocess.run(
-        [sys.executable, "-m", "kaliper", "run", str(path), "--storage", f"file://{store}"],
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
-    return proc, store
-
-
 def records(store: Path) -> list[ResultRecord]:
     run = next((store / "experiments").glob("*/trials/t000/runs/0"))
     names = ["master-0.json", *(f"worker-{i}.json" for i in range(RANKS - 1))]
@@ -79,7 +62,9 @@ def records(store: Path) -> list[ResultRecord]:
 
 @pytest.fixture(scope="module")
 def all_reduce(tmp_path_factory: pytest.TempPathFactory) -> list[ResultRecord]:
-    proc, store = kaliper_run(spec("collective-all-reduce", "all_reduce"), tmp_path_factory.mktemp("coll"))
+    proc, store = kaliper_run(
+        spec("collective-all-reduce", "all_reduce"), tmp_path_factory.mktemp("coll"), 300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return records(store)
 

@@ -45,8 +45,9 @@ def ddp_spec(name: str, workload: str, params: dict[str, Any], max_samples: int)
     return yaml.safe_dump(spec, sort_keys=False)
 
 
-def run_ddp(spec: str, directory: Path, timeout: float) -> Path:
-    """`kaliper run` of `spec` in `directory` (storage under it); the directory of its one trial."""
+def kaliper_run(spec: str, directory: Path, timeout: float) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`kaliper run` of `spec` in a fresh process in `directory`, without the launcher's environment of the
+    test's own process; its outcome and the storage folder under `directory`."""
     path = directory / "spec.yaml"
     path.write_text(spec)
     store = directory / "store"
@@ -60,6 +61,12 @@ def run_ddp(spec: str, directory: Path, timeout: float) -> Path:
         env=env,
         check=False,
     )
+    return proc, store
+
+
+def run_ddp(spec: str, directory: Path, timeout: float) -> Path:
+    """`kaliper run` of `spec` in `directory` (storage under it); the directory of its one trial."""
+    proc, store = kaliper_run(spec, directory, timeout)
     if proc.returncode != 0:
         raise AssertionError(f"kaliper run exited {proc.returncode}\n{proc.stdout}{proc.stderr}")
     return next((store / "experiments").glob("*/trials/t000"))

@@ -255,8 +255,8 @@ def mfu(storage: Path, rate: str) -> list[tuple[float | None, float | None, dict
     return found
 
 
-def trace_line(traces: Path) -> tuple[str, str, bool]:
-    """trace-replay of the recorded ResNet-50 step: fidelity (replayed step / original step) per run,
+def trace_line(traces: Path, model: str) -> tuple[str, str, bool]:
+    """trace-replay of the recorded training step of `model` (ResNet-50 on a GPU): fidelity (replayed step / original step) per run,
     their median against the goal of ±5%, and the coverage (share of the original step's operator time
     replayed). A miss is explained by the records: the original's judgement and the replay's coverage."""
     found = []
@@ -268,12 +268,12 @@ def trace_line(traces: Path) -> tuple[str, str, bool]:
     coverage = [c for _, c, _ in found if c is not None]
     if not fidelity:
         statuses = ", ".join(str(s) for _, _, s in found) or "no replay record"
-        return ("trace-replay ResNet-50 step fidelity", f"none measured ({statuses})", False)
+        return (f"trace-replay {model} step fidelity", f"none measured ({statuses})", False)
     median = statistics.median(fidelity)
     figure = f"{median:.3f} (runs {', '.join(f'{f:.3f}' for f in fidelity)})"
     if coverage:
         figure += f"; coverage {statistics.median(coverage):.1f}%"
-    return ("trace-replay ResNet-50 step fidelity (replay / original)", figure, abs(median - 1) <= 0.05)
+    return (f"trace-replay {model} step fidelity (replay / original)", figure, abs(median - 1) <= 0.05)
 
 
 def transformer_lines(
@@ -495,7 +495,7 @@ def main() -> int:
         replay = {"trace": "traces/resnet50-gpu", "iterations": 1, "device": args.device, "threads": 0}
         kaliper_run(folder, "trace", spec("trace-replay-gpu", "trace-replay", replay, reps, traces))
         quiet += runs(traces)  # the replays are stored beside the trace they replay
-        lines.append(trace_line(traces))
+        lines.append(trace_line(traces, model))
 
     lines += transformer
     flagged = [r for r in quiet if r["verdict"] == "contended"]

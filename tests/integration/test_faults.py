@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -424,7 +425,7 @@ def test_s3_outage(tmp_path: Path, proxied_s3: tuple[S3Server, TcpProxy], outage
     then made the test wait for it): the results are spooled, exit 1, and `kaliper report` stores them
     once S3 is back."""
     server, proxy = proxied_s3
-    prefix = f"outage{int(outage or 0)}/"
+    prefix = f"outage{int(outage or 0)}-{uuid.uuid4().hex[:8]}/"  # unique: the tag of this run's replicas
     h = Harness(
         tmp_path, f"s3://{BUCKET}/{prefix.rstrip('/')}", server.env(KALIPER_S3_ENDPOINT=proxy.endpoint)
     )
@@ -448,7 +449,7 @@ def test_s3_outage(tmp_path: Path, proxied_s3: tuple[S3Server, TcpProxy], outage
 
 
 def test_s3_restarted_empty(tmp_path: Path, s3_server: S3Server) -> None:
-    prefix = "restarted/"
+    prefix = f"restarted-{uuid.uuid4().hex[:8]}/"
     h = Harness(tmp_path, f"s3://{BUCKET}/{prefix.rstrip('/')}", s3_server.env())
     h.start()
     wait_for(lambda: bool(record_keys(s3_keys(s3_server, prefix))), what="a first record")

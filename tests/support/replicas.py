@@ -39,7 +39,9 @@ def _environ(pid: int) -> dict[str, str]:
 
 def workload_pids(tag: str) -> list[int]:
     """Processes whose environment carries `tag` (a test's storage path) and whose command line runs a
-    workload: the replicas of that test's runs."""
+    workload: the replicas of that test's runs. The tag must be unique on the machine, not only in the
+    test (a temporary folder; an S3 prefix with a random part): processes of another suite running here
+    at the same time are not this test's."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

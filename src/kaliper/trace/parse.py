@@ -45,6 +45,7 @@ class EtNode:
     rf_id: int | None  # record-function id: the key of the operator's Kineto duration
     inputs: Values
     outputs: Values
+    pg_name: str | None = None  # record_param_comms (nccl): the process group of its collective
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ def _node(raw: Any) -> EtNode:
         raise TypeError(f"a node is a {type(raw).__name__}, not an object")
     attrs = {a.get("name"): a.get("value") for a in raw.get("attrs", []) if isinstance(a, dict)}
     rf_id = attrs.get("rf_id")
+    pg_name = attrs.get("pg_name")
     return EtNode(
         id=int(raw["id"]),
         name=str(raw["name"]),
@@ -107,6 +109,7 @@ def _node(raw: Any) -> EtNode:
         rf_id=int(rf_id) if isinstance(rf_id, int | float) else None,
         inputs=_values(raw.get("inputs"), "inputs"),
         outputs=_values(raw.get("outputs"), "outputs"),
+        pg_name=None if pg_name is None else str(pg_name),
     )
 
 

@@ -3,6 +3,15 @@
 Replayed: the top-level ATen operators, i.e. nodes whose `op_schema` is an `aten::` schema and that have
 no ATen ancestor (their children, e.g. aten::convolution under aten::conv2d, run inside them). Autograd
 and record_function ranges are not operators; the ATen calls under them are top-level and replayed.
+
+The collectives (`c10d::` operators: DDP's gradient `c10d::allreduce_`, its buffers' `c10d::broadcast_`)
+outside any ATen operator are selected too, in call order among the ATen ones (kaliper.trace.collectives
+says which are replayed). Under a collective the trace's parent links are not where the calls ran: c10d
+ends a collective's record_function when its work completes, not when the call returns, so whatever the
+rank calls meanwhile is recorded as its child (ATen operators, and on a rank that waits, the next
+collective: measured, rank 1 of a DDP step recorded its second `c10d::broadcast_` under the first, rank 0
+did not). So a collective's children are selected as if it were not there: ATen operators under one stay
+top-level, and a collective under another is a collective of its own.
 Pure Python: no torch, so the selection is testable and cheap.
 """
 
@@ -16,6 +25,9 @@ from kaliper.errors import TraceError
 from kaliper.trace.parse import EtNode
 
 ATEN: str = "aten::"
+C10D: str = "c10d::"
+# c10d operators that are not communication between ranks: counted with the other non-ATen operators.
+NOT_COMMUNICATION = frozenset({"c10d::check_for_nan"})
 # Time-weighted coverage needs a Kineto duration for nearly every selected node; below this share of
 # nodes with one, coverage is counted by operators instead (and the record says so).
 MIN_TIMED_SHARE = 0.9
@@ -27,10 +39,16 @@ class SelectedOp:
     op: str  # "add_": torch.ops.aten.<op>
     overload: str  # "Tensor", or "default" for the unnamed overload
     original_ns: int | None  # Kineto's duration of the original call (None: not in op_durations_ns)
+    namespace: str = "aten"  # "c10d": a collective
+    pg_name: str | None = None  # a collective's process group, when the trace names it (nccl)
 
     @property
     def qualified(self) -> str:
-        return f"aten::{self.op}" + ("" if self.overload == "default" else f".{self.overload}")
+        return f"{self.namespace}::{self.op}" + ("" if self.overload == "default" else f".{self.overload}")
+
+    @property
+    def collective(self) -> bool:
+        return self.namespace == "c10d"
 
 
 @dataclass(frozen=True)
@@ -64,16 +82,31 @@ class Selection:
     def original_op_ns(self) -> int:
         return sum(op.original_ns or 0 for op in self.ops)
 
+    @property
+    def collectives(self) -> list[SelectedOp]:
+        return [op for op in self.ops if op.collective]
 
-def split_schema(op_schema: str) -> tuple[str, str]:
+    def collective_share(self) -> float:
+        """Percent of the original's selected operator time (or count) that was collectives: on gloo the
+        call that hands the transfer to gloo's thread, not the transfer, which overlaps the backward."""
+        if not self.ops:
+            return 0.0
+        if self.coverage_basis == "operator_count":
+            return 100.0 * len(self.collectives) / len(self.ops)
+        total = self.original_op_ns()
+        return 100.0 * sum(op.original_ns or 0 for op in self.collectives) / total if total else 0.0
+
+
+def split_schema(op_schema: str, namespace: str = ATEN) -> tuple[str, str]:
     """("add_", "Tensor") from "aten::add_.Tensor(Tensor(a!) self, ...) -> ..."; overload "default"
-    when the schema names none; ValueError for anything that is not an ATen schema."""
-    if not op_schema.startswith(ATEN) or "(" not in op_schema:
-        raise ValueError(f"not an ATen operator schema: {op_schema[:80]!r}")
-    qualified = op_schema[len(ATEN) : op_schema.index("(")]
+    when the schema names none; ValueError for anything that is not a schema of `namespace`."""
+    what = "an ATen operator schema" if namespace == ATEN else f"a {namespace[:-2]} operator schema"
+    if not op_schema.startswith(namespace) or "(" not in op_schema:
+        raise ValueError(f"not {what}: {op_schema[:80]!r}")
+    qualified = op_schema[len(namespace) : op_schema.index("(")]
     op, _, overload = qualified.partition(".")
     if not op.isidentifier() or (overload and not overload.isidentifier()):
-        raise ValueError(f"not an ATen operator schema: {op_schema[:80]!r}")
+        raise ValueError(f"not {what}: {op_schema[:80]!r}")
     return op, overload or "default"
 
 
@@ -102,18 +135,24 @@ def select_ops(nodes: Sequence[EtNode], op_durations_ns: Mapping[str, int]) -> S
             inside[visited] = answer
         return answer
 
+    collective_ids = {n.id for n in nodes if n.op_schema.startswith(C10D) and n.name not in NOT_COMMUNICATION}
+    # nccl records each collective's group on a record_param_comms node under it
+    groups = {n.parent: n.pg_name for n in nodes if n.pg_name is not None and n.parent in collective_ids}
+
     ops: list[SelectedOp] = []
     others: Counter[str] = Counter()
     for node in nodes:
         if not node.op_schema or under_operator(node):
             continue
-        if not node.op_schema.startswith(ATEN):
+        collective = node.id in collective_ids
+        if not collective and not node.op_schema.startswith(ATEN):
             others[node.name] += 1
             continue
+        namespace = C10D if collective else ATEN
         try:
-            op, overload = split_schema(node.op_schema)
+            op, overload = split_schema(node.op_schema, namespace)
         except ValueError as exc:
             raise TraceError(f"node {node.id} ({node.name}): {exc}") from None
         duration = None if node.rf_id is None else op_durations_ns.get(str(node.rf_id))
-        ops.append(SelectedOp(node, op, overload, duration))
+        ops.append(SelectedOp(node, op, overload, duration, namespace[:-2], groups.get(node.id)))
     return Selection(ops, len(nodes), others)

@@ -2,7 +2,9 @@
 
 Either way a reader never sees half a bundle: the folder appears whole (written as a hidden temp sibling,
 then renamed), and in a storage `trace.json` is written after the trace it describes, so a prefix with
-metadata always has its trace. A stored trace is never replaced: an existing name is an error.
+metadata always has its trace. A stored trace is never replaced: an existing name is an error. A distributed
+bundle has one execution trace per rank (`kaliper.trace.bundle.rank_file`): all are written before
+`trace.json`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from kaliper.errors import TraceError
@@ -32,8 +35,14 @@ def check_name(name: str) -> str:
     return name
 
 
-def write_bundle_dir(folder: Path, meta: TraceMeta, trace_gz: bytes) -> None:
-    """Write the bundle folder whole; TraceError when `folder` exists (a bundle is never replaced)."""
+def trace_files(traces: bytes | Mapping[str, bytes]) -> dict[str, bytes]:
+    """A bundle's execution traces by file name (`bytes` alone: a single process's)."""
+    return {TRACE_FILE: traces} if isinstance(traces, bytes) else dict(traces)
+
+
+def write_bundle_dir(folder: Path, meta: TraceMeta, traces: bytes | Mapping[str, bytes]) -> None:
+    """Write the bundle folder whole (`traces`: the compressed execution trace, or each rank's by file
+    name); TraceError when `folder` exists (a bundle is never replaced)."""
     folder = folder.absolute()
     if folder.exists():
         raise TraceError(
@@ -46,7 +55,7 @@ def write_bundle_dir(folder: Path, meta: TraceMeta, trace_gz: bytes) -> None:
     except OSError as exc:
         raise TraceError(f"cannot write {folder}: {exc.strerror or exc}") from exc
     try:
-        for name, data in ((TRACE_FILE, trace_gz), (META_FILE, meta.dump())):
+        for name, data in [*trace_files(traces).items(), (META_FILE, meta.dump())]:
             with open(tmp / name, "wb") as handle:
                 handle.write(data)
                 handle.flush()
@@ -73,9 +82,10 @@ def check_free(storage: Storage, name: str) -> str:
     return prefix
 
 
-def store_bundle(storage: Storage, name: str, meta: TraceMeta, trace_gz: bytes) -> str:
-    """Store the bundle under `traces/<name>/` (the trace first, its metadata last); the prefix."""
+def store_bundle(storage: Storage, name: str, meta: TraceMeta, traces: bytes | Mapping[str, bytes]) -> str:
+    """Store the bundle under `traces/<name>/` (the traces first, their metadata last); the prefix."""
     prefix = check_free(storage, name)
-    storage.put(trace_file_key(name, TRACE_FILE), trace_gz)
+    for file, data in trace_files(traces).items():
+        storage.put(trace_file_key(name, file), data)
     storage.put(trace_file_key(name, META_FILE), meta.dump())
     return prefix

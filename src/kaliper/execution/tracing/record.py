@@ -10,7 +10,8 @@ kaliper.wrapper.trace_steps and leaves the execution trace and a partial metadat
 
 The built-in model's step mirrors cnn_torch's training step (forward, cross-entropy, backward, SGD with
 its learning rate and momentum): cnn_torch's step is a closure inside its measurement loop, so it is
-not shareable without reshaping that workload.
+not shareable without reshaping that workload. With `ranks` > 1 it is a DistributedDataParallel job of
+that many children, one execution trace each (kaliper.execution.tracing.ranks).
 
 Recording is a measurement: the original step time is the denominator of every later fidelity figure,
 and a bundle is never rewritten. So the recorder judges it as `kaliper run` judges a run (issue 26):
@@ -52,6 +53,7 @@ from kaliper.execution.tracing.judgement import (
 )
 from kaliper.trace import MALLOC_ENV
 from kaliper.trace.bundle import (
+    TRACE_FILE,
     AttemptSummary,
     TraceFileInfo,
     TraceMeta,
@@ -76,9 +78,12 @@ _SRC = Path(__file__).resolve().parents[3]  # the folder holding the kaliper pac
 # ------------------------------------------------------------------------------- the recording
 
 
-# The recording itself: run in the work folder, call `follow(pid)` as soon as the child exists, raise
+# The recording itself: run in the work folder, call `follow(pid)` as soon as each child exists, raise
 # TraceError when it fails.
 Recorder = Callable[[Path, Callable[[int], None]], None]
+# The bundle from a finished recording's work folder: its metadata and execution traces by file name.
+Bundle = tuple[TraceMeta, dict[str, bytes]]
+Finisher = Callable[[Path, TraceSource], Bundle]
 
 
 def check_counts(warmup: int, steps: int, traced: int, threads: int) -> None:
@@ -102,9 +107,10 @@ def record_model(
     threads: int = 0,
     device: str = "cpu",
     judging: Judging | None = None,
+    ranks: int = 1,
 ) -> TraceMeta:
     """Record the cnn-train step of a built-in model into the bundle folder `output` (which must not
-    exist; it appears whole or not at all)."""
+    exist; it appears whole or not at all); `ranks` > 1: as a DistributedDataParallel job."""
     from kaliper.trace.store import write_bundle_dir
 
     if output.exists():  # found before the recording, not after it
@@ -120,6 +126,7 @@ def record_model(
         threads=threads,
         device=device,
         judging=judging,
+        ranks=ranks,
     )
     write_bundle_dir(output, meta, data)
     return meta
@@ -137,9 +144,10 @@ def model_bundle(
     threads: int,
     device: str,
     judging: Judging | None = None,
-) -> tuple[TraceMeta, bytes]:
-    """The built-in model's trace metadata and compressed execution trace, recorded in a child process
-    and judged (`judging`, default: `Judging()`)."""
+    ranks: int = 1,
+) -> Bundle:
+    """The built-in model's trace metadata and compressed execution trace(s), recorded in a child process
+    (one per rank) and judged (`judging`, default: `Judging()`)."""
     if model not in MODELS:
         raise TraceError(f"--model {model!r}: expected one of {', '.join(MODELS)}")
     if device not in DEVICES:
@@ -152,6 +160,8 @@ def model_bundle(
         if value < 1:
             raise TraceError(f"{option} {value}: expected at least 1")
     check_counts(warmup, steps, traced, threads)
+    if ranks < 1:
+        raise TraceError(f"--ranks {ranks}: expected at least 1")
     params: dict[str, str | int | float | bool] = {
         "model": model,
         "batch_size": batch_size,
@@ -161,19 +171,22 @@ def model_bundle(
     }
     env = {**os.environ, **MALLOC_ENV}
     env["PYTHONPATH"] = _path_with(str(_SRC), env.get("PYTHONPATH"))
+    argv = [sys.executable, "-m", "kaliper.execution.tracing.record"]
+    argv += [f"--{key.replace('_', '-')}={value}" for key, value in params.items()]
+    argv += [f"--warmup={warmup}", f"--steps={steps}", f"--traced={traced}"]
+    if ranks > 1:
+        from kaliper.execution.tracing import ranks as distributed
+
+        source = TraceSource(
+            kind="model",
+            workload="cnn-train",
+            params={**params, "ranks": ranks, "backend": distributed.backend_of(device)},
+        )
+        record_ranks, finish_ranks = distributed.recorder(argv, env, ranks, threads, device)
+        return judged_recording(record_ranks, source, judging or Judging(), env, finish_ranks)
 
     def record(work: Path, follow: Callable[[int], None]) -> None:
-        argv = [
-            sys.executable,
-            "-m",
-            "kaliper.execution.tracing.record",
-            "--work",
-            str(work),
-            "--threads",
-            str(threads),
-        ]
-        argv += [f"--{key.replace('_', '-')}={value}" for key, value in params.items()]
-        argv += [f"--warmup={warmup}", f"--steps={steps}", f"--traced={traced}"]
+        argv.extend(["--work", str(work), "--threads", str(threads)])
         with subprocess.Popen(
             argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         ) as child:
@@ -195,7 +208,7 @@ def command_bundle(
     traced: int,
     threads: int = 0,
     judging: Judging | None = None,
-) -> tuple[TraceMeta, bytes]:
+) -> Bundle:
     """Run the user's command (argv, its output shown as it comes) with a trace folder in its
     environment; its steps are marked by kaliper.trace_steps() or counted at each optimizer.step().
     A re-timed recording runs the command again."""
@@ -237,10 +250,16 @@ def command_bundle(
 
 
 def judged_recording(
-    record: Recorder, source: TraceSource, judging: Judging, env: Mapping[str, str]
-) -> tuple[TraceMeta, bytes]:
+    record: Recorder,
+    source: TraceSource,
+    judging: Judging,
+    env: Mapping[str, str],
+    finisher: Finisher | None = None,
+) -> Bundle:
     """Record, judge, and record again or refuse (see the module's docstring); the bundle to store, its
-    metadata carrying the judgement. Raises RecordingRefused (nothing stored) when no attempt passed."""
+    metadata carrying the judgement. Raises RecordingRefused (nothing stored) when no attempt passed.
+    A distributed recording (`finisher` of kaliper.execution.tracing.ranks) is judged as one: the window
+    follows every rank's process tree, and the spread is the step's (each step's slowest rank)."""
     from kaliper.execution.neighbours.calibration import CalibrationStore
     from kaliper.execution.neighbours.run_monitor import interference_of
 
@@ -257,11 +276,11 @@ def judged_recording(
             finally:
                 if watch is not None:
                     watch.close()
-            meta, data = finish(Path(work), source)
+            meta, data = (finisher or finish_one)(Path(work), source)
         judged = watch.judge() if watch is not None else None
         judgement = judge_recording(
             judged.verdict if judged is not None else None,
-            step_spread(meta.original_step_ns),
+            step_spread(meta.step_ns()),
             judging.limits,
             notes=notes,
             attempt=attempt,
@@ -354,6 +373,12 @@ def _path_with(first: str, rest: str | None) -> str:
     return first + (os.pathsep + rest if rest else "")
 
 
+def finish_one(folder: Path, source: TraceSource) -> Bundle:
+    """A single process's bundle: `finish`'s trace under the bundle's one trace file name."""
+    meta, data = finish(folder, source)
+    return meta, {TRACE_FILE: data}
+
+
 def finish(folder: Path, source: TraceSource) -> tuple[TraceMeta, bytes]:
     """The bundle from a finished recording's work folder; TraceError when the recording did not finish."""
     import orjson
@@ -407,7 +432,10 @@ def _sha256(data: bytes) -> str:
 
 
 def _run_model(args: argparse.Namespace) -> None:
-    """The recording itself (in the child): warm-up, timed and traced training steps of the model."""
+    """The recording itself (in the child): warm-up, timed and traced training steps of the model; a rank
+    of a DistributedDataParallel job when the launcher's WORLD_SIZE is above 1 (each rank its own batch,
+    as cnn-train's ranks)."""
+    from kaliper.benchmarks.torch_distributed import distributed_env, process_group, rank_device
     from kaliper.benchmarks.torch_support import device_and_sync, set_thread_env, torch_threads
 
     set_thread_env(args.threads)  # before torch reaches the OpenMP runtime
@@ -419,23 +447,30 @@ def _run_model(args: argparse.Namespace) -> None:
 
     threads = torch_threads(args.threads)
     device, _ = device_and_sync(args.device)
-    torch.manual_seed(MODEL_SEED)
-    net = build_model(args.model, args.num_classes).to(device)
-    net.train()
-    optimizer = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
-    criterion = nn.CrossEntropyLoss()
-    generator = torch.Generator().manual_seed(DATA_SEED)
-    x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=generator).to(device)
-    y = torch.randint(0, args.num_classes, (args.batch_size,), generator=generator).to(device)
+    dist_env = distributed_env()
+    device = rank_device(device, dist_env)
+    with process_group(dist_env, device) as group:
+        torch.manual_seed(MODEL_SEED)
+        net = build_model(args.model, args.num_classes).to(device)
+        net.train()
+        if group is not None:
+            from torch.nn.parallel import DistributedDataParallel
 
-    settings = tracing.TraceSettings(Path(args.work), args.warmup, args.steps, args.traced)
-    tracer = tracing.StepTracer(tracing.Recording(settings, "model", threads))
-    for _ in range(settings.total):
-        with tracer.step():
-            loss = criterion(net(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            net = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+        optimizer = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
+        criterion = nn.CrossEntropyLoss()
+        generator = torch.Generator().manual_seed(DATA_SEED + dist_env.rank)
+        x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=generator).to(device)
+        y = torch.randint(0, args.num_classes, (args.batch_size,), generator=generator).to(device)
+
+        settings = tracing.TraceSettings(Path(args.work), args.warmup, args.steps, args.traced)
+        tracer = tracing.StepTracer(tracing.Recording(settings, "model", threads))
+        for _ in range(settings.total):
+            with tracer.step():
+                loss = criterion(net(x), y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
     if not (Path(args.work) / tracing.PARTIAL_FILE).exists():
         raise SystemExit(_why(Path(args.work), prefix="") or "the trace was not written")
 

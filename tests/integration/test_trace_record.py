@@ -109,6 +109,8 @@ def test_cli_records_to_storage_refuses_the_name_again_and_shows_it(
         (["--storage", "file://s", "--name", "../up"], "--name"),
         (["--output", "o", "--name", "x"], "--name"),
         (["--output", "o", "--model", "small", "--", "python", "t.py"], "--model"),
+        (["--output", "o", "--ranks", "2", "--", "python", "t.py"], "--ranks"),
+        (["--output", "o", "--ranks", "0"], "--ranks"),
         (["--output", "o", "--retime", "-1"], "--retime"),
         (["--output", "o", "--preflight", "maybe"], "--preflight"),
         (["--output", "o", "--preflight-wait", "soon"], "--preflight-wait"),

@@ -48,6 +48,14 @@ def record(
     ] = None,
     num_classes: Annotated[int | None, typer.Option(min=1, help="Built-in model: classes (10).")] = None,
     device: Annotated[str | None, typer.Option(help="Built-in model: cpu | cuda (cpu).")] = None,
+    ranks: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Built-in model: record it as a DistributedDataParallel job of this many ranks (gloo on "
+            "cpu, nccl on cuda), one execution trace per rank (1).",
+        ),
+    ] = None,
     warmup: Annotated[int, typer.Option(min=0, help="Steps before any timing or tracing.")] = 3,
     steps: Annotated[
         int, typer.Option(min=1, help="Steps timed without the observer (the original time).")
@@ -119,7 +127,7 @@ def record(
         if name is not None:
             store.check_free(target, name)  # before minutes of recording, not after
     model_options = {"--model": model, "--batch-size": batch_size, "--image-size": image_size}
-    model_options |= {"--num-classes": num_classes, "--device": device}
+    model_options |= {"--num-classes": num_classes, "--device": device, "--ranks": ranks}
     if command:
         given = [option for option, value in model_options.items() if value is not None]
         if given:
@@ -139,6 +147,7 @@ def record(
             traced=traced,
             threads=threads,
             judging=judging,
+            ranks=ranks or 1,
         )
     if target is not None:
         prefix = store.store_bundle(target, name or meta.trace_id, meta, data)
@@ -165,7 +174,7 @@ def show(
     storage: StorageOpt = None,
 ) -> None:
     """Say what a recorded trace holds (and check its execution trace against its metadata)."""
-    from kaliper.trace.bundle import META_FILE, TRACE_FILE, check_trace_file, parse_meta
+    from kaliper.trace.bundle import META_FILE, check_trace_file, parse_meta, rank_file
 
     if storage is None:
         folder = Path(ref)
@@ -173,10 +182,11 @@ def show(
             raise TraceError(f"{folder}: no {META_FILE} there (not a recorded trace folder)")
         where = str(folder / META_FILE)
         meta = parse_meta((folder / META_FILE).read_bytes(), where)
-        trace_path = folder / TRACE_FILE
-        if not trace_path.is_file():
-            raise TraceError(f"{folder}: {TRACE_FILE} is missing")
-        check_trace_file(meta, trace_path.read_bytes(), str(trace_path))
+        for rank in range(meta.world_size):
+            trace_path = folder / rank_file(rank)
+            if not trace_path.is_file():
+                raise TraceError(f"{folder}: {rank_file(rank)} is missing")
+            check_trace_file(meta, trace_path.read_bytes(), str(trace_path), rank)
     else:
         from kaliper.errors import NotFoundError
         from kaliper.storage import open_storage
@@ -191,8 +201,9 @@ def show(
             raise TraceError(f"no trace named {ref!r} in {target.location('traces')}") from None
         where = target.location(meta_key)
         meta = parse_meta(raw, where)
-        trace_key = trace_file_key(ref, TRACE_FILE)
-        check_trace_file(meta, target.get(trace_key), target.location(trace_key))
+        for rank in range(meta.world_size):
+            trace_key = trace_file_key(ref, rank_file(rank))
+            check_trace_file(meta, target.get(trace_key), target.location(trace_key), rank)
     print(f"trace: {where}")
     _summary(meta)
 
@@ -224,6 +235,17 @@ def _summary(meta: TraceMeta) -> None:
         f"compressed (schema {meta.execution_trace.schema_version}); {len(meta.op_durations_ns)} timed operators"
     )
     print(f"recorded with: torch {torch_version}")
+    if meta.distributed is not None:
+        info = meta.distributed
+        print(
+            f"distributed: {info.world_size} ranks ({info.mode}, {info.backend}); groups {len(info.groups)}"
+        )
+        for rank in meta.ranks():
+            median = rank.original_iteration_ns(meta.steps.traced) / meta.steps.traced / 1e6
+            print(
+                f"  rank {rank.rank}: original step median {median:.2f} ms; {rank.execution_trace.nodes} nodes "
+                f"({rank.execution_trace.file})"
+            )
     for line in judgement_lines(meta.judged()):
         print(line)
 

@@ -171,6 +171,8 @@ def model_bundle(
     }
     env = {**os.environ, **MALLOC_ENV}
     env["PYTHONPATH"] = _path_with(str(_SRC), env.get("PYTHONPATH"))
+    for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        env.pop(name, None)  # a launcher's variables around `kaliper trace record` are not the recording's
     argv = [sys.executable, "-m", "kaliper.execution.tracing.record"]
     argv += [f"--{key.replace('_', '-')}={value}" for key, value in params.items()]
     argv += [f"--warmup={warmup}", f"--steps={steps}", f"--traced={traced}"]
@@ -182,13 +184,16 @@ def model_bundle(
             workload="cnn-train",
             params={**params, "ranks": ranks, "backend": distributed.backend_of(device)},
         )
-        record_ranks, finish_ranks = distributed.recorder(argv, env, ranks, threads, device)
+        record_ranks, finish_ranks = distributed.recorder(argv, env, ranks, threads, device, finish)
         return judged_recording(record_ranks, source, judging or Judging(), env, finish_ranks)
 
     def record(work: Path, follow: Callable[[int], None]) -> None:
-        argv.extend(["--work", str(work), "--threads", str(threads)])
         with subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [*argv, "--work", str(work), "--threads", str(threads)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         ) as child:
             follow(child.pid)
             _, stderr = child.communicate()

@@ -179,8 +179,8 @@ BROKEN: dict[str, tuple[Any, str]] = {
         "execution trace schema '2.0.0-chakra.1.0.0' is not supported",
     ),
     "unsupported-bundle-schema": (
-        lambda f, t: rebundle(f, t, schema="kaliper.trace/v2"),
-        "schema 'kaliper.trace/v2' is not supported",
+        lambda f, t: rebundle(f, t, schema="kaliper.trace/v9"),
+        "schema 'kaliper.trace/v9' is not supported",
     ),
     "not-a-folder": (lambda f, t: t, "is not a folder"),
 }

@@ -64,6 +64,10 @@ class WorkloadDef:
     # (serve: a dataset and a tokenizer): (params, spec directory, where, on_cluster) -> {stored name:
     # bytes} that the experiment keeps for its replicas; its errors stop the spec before anything runs.
     inputs: str = ""
+    # "module:function" checking a trial's job against its parameters when the experiment is configured
+    # (trace-replay: one replica per recorded rank): (params, replica counts, storage URL, where); a
+    # SpecError stops the spec before anything runs.
+    job_check: str = ""
     # The parameters a report line names for a trial (serve: those of its SUT and scenario); None: all.
     shown: Callable[[Mapping[str, ParamValue]], dict[str, ParamValue]] | None = None
 
@@ -80,6 +84,13 @@ class WorkloadDef:
             params, base_dir, where, on_cluster
         )
         return found
+
+    def check_job(
+        self, params: Mapping[str, ParamValue], replicas: Mapping[str, int], storage_url: str, where: str
+    ) -> None:
+        if self.job_check:
+            module_name, function = self.job_check.split(":")
+            getattr(importlib.import_module(module_name), function)(params, replicas, storage_url, where)
 
     def check_framework_param(self, framework: str, name: str, value: ParamValue, where: str) -> None:
         """ParameterError naming `where` when `framework` does not implement `name` = `value`."""
@@ -402,6 +413,7 @@ TRACE_REPLAY = WorkloadDef(
     implementations={"pytorch": "kaliper.benchmarks.trace_replay.trace_replay_torch:run"},
     version="1",
     env=tuple(MALLOC_ENV.items()),
+    job_check="kaliper.benchmarks.trace_replay.ranks:check_replicas",
 )
 
 SERVE = WorkloadDef(

@@ -95,6 +95,20 @@ class ProcessGroup:
         self.dist.all_reduce(tensor, op=self.dist.ReduceOp.SUM)
         return [float(v) for v in tensor.cpu().tolist()]
 
+    def max(self, values: list[float]) -> list[float]:
+        """Each value's largest over the ranks (trace-replay: the slowest rank's sample is the step's)."""
+        import torch
+
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.comm_device)
+        self.dist.all_reduce(tensor, op=self.dist.ReduceOp.MAX)
+        return [float(v) for v in tensor.cpu().tolist()]
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's `value` (a small picklable object), in rank order, on every rank."""
+        found: list[Any] = [None] * self.world_size
+        self.dist.all_gather_object(found, value)
+        return found
+
     def agree(self, code: int) -> int:
         """Rank 0's stop code, on every rank."""
         import torch

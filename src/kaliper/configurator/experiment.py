@@ -204,6 +204,8 @@ def configure(
         problem = manifest_problem(manifest, expect)
         if problem is not None:
             raise TemplateError(f"{_describe(loaded, template)} (trial {run['trial']}): {problem}")
+        if definition is not None and definition.job_check:
+            definition.check_job(params, replica_counts(manifest), storage, loaded.source)
         doc = TrialDoc(
             experiment=experiment_id,
             id=run["trial"],

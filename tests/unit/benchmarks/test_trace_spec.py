@@ -3,6 +3,7 @@ replay's containers get the glibc malloc settings the recorder used, under a sta
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from kaliper.configurator import configure
 from kaliper.errors import SpecError
 from kaliper.spec import spec_from_text
 from kaliper.trace import MALLOC_ENV
+from tests.support.trace_bundles import v1_meta, v2_meta
 
 SPEC = """\
 name: replay
@@ -60,3 +62,39 @@ def test_replay_containers_get_the_recorders_malloc_settings_under_the_stacks_en
         spec_from_text("name: m\nworkload: {name: pi-matmul}\n", "m.yaml", tmp_path), experiment_id="m-x"
     )
     assert not set(MALLOC_ENV) & set(container_env(other.trials[0].manifest))
+
+
+def test_a_job_of_another_size_than_the_recorded_ranks_is_refused(tmp_path: Path) -> None:
+    """A two-rank bundle in the run's storage (only its trace.json is read) against jobs of 1, 2, 3
+    replicas, and per trial of a matrix; a bundle not readable where the experiment is configured is left
+    to the replicas."""
+    storage = tmp_path / "store"
+    for name, meta in (("ddp", v2_meta()), ("one", v1_meta())):
+        (storage / "traces" / name).mkdir(parents=True)
+        (storage / "traces" / name / "trace.json").write_text(json.dumps(meta))
+    url = f"file://{storage}"
+
+    def spec(replicas: str, params: str = "{trace: traces/ddp}", matrix: str = "") -> Any:
+        text = (
+            f"name: replay\nworkload: {{name: trace-replay, params: {params}}}\n{matrix}"
+            f"job: {{kind: PyTorchJob, replicas: {replicas}}}\n"
+        )
+        return spec_from_text(text, "replay.yaml", tmp_path)
+
+    assert len(configure(spec("{Master: 1, Worker: 1}"), storage_url=url).trials) == 1
+    for replicas, found in (("{Master: 1}", "found 1 (Master: 1)"), ("{Master: 1, Worker: 2}", "found 3")):
+        with pytest.raises(SpecError) as refused:
+            configure(spec(replicas), storage_url=url)
+        assert str(refused.value).startswith(
+            "replay.yaml: job.replicas: trace 'traces/ddp' was recorded on 2 rank(s); expected 2 replica(s) "
+            "in all (one per rank), "
+        )
+        assert found in str(refused.value)
+    with pytest.raises(SpecError, match=r"trace 'traces/one' was recorded on 1 rank\(s\); expected 1"):
+        configure(
+            spec("{Master: 1, Worker: 1}", "{}", "matrix: {trace: [traces/ddp, traces/one]}\n"),
+            storage_url=url,
+        )
+    # not readable here (no such trace, a URL): the replicas refuse it if they must
+    assert configure(spec("{Master: 1}", "{trace: traces/none}"), storage_url=url).trials
+    assert configure(spec("{Master: 1}", "{trace: 'http://127.0.0.1:9/x'}"), storage_url=url).trials

@@ -4,8 +4,7 @@ two-rank DistributedDataParallel job over gloo (`kaliper trace record --ranks 2`
 rank's trace with its collectives; a job of another size is refused, by the spec and by the replica.
 
 The expected collectives are read from the recorded execution traces here, not from Kaliper's selection:
-every `c10d::` collective outside any ATen operator, with the bytes of its tensor arguments (numel ×
-itemsize as torch wrote them).
+every `c10d::` collective, with the bytes of its tensor arguments (numel × itemsize as torch wrote them).
 """
 
 from __future__ import annotations
@@ -76,26 +75,13 @@ def _attrs(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def recorded_collectives(et: dict[str, Any]) -> list[tuple[str, int]]:
-    """(name, bytes) of each top-level collective of an execution trace, in call order."""
-    nodes = {node["id"]: node for node in et["nodes"]}
-
-    def schema(node: dict[str, Any]) -> str:
-        return str(_attrs(node).get("op_schema") or "")
-
-    def nested(node: dict[str, Any]) -> bool:
-        parent = nodes.get(node["ctrl_deps"])
-        while parent is not None and parent["id"] != node["id"]:
-            if schema(parent).startswith("aten::"):  # not c10d: a pending collective adopts later calls
-                return True
-            if parent["ctrl_deps"] == parent["id"]:
-                return False
-            parent = nodes.get(parent["ctrl_deps"])
-        return False
-
+    """(name, bytes) of each collective of an execution trace, in call order: wherever the trace puts it
+    (its parent links around a pending collective are not where the calls ran)."""
     found = []
     for node in sorted(et["nodes"], key=lambda n: n["id"]):
-        name = schema(node).split("(")[0]
-        if not name.startswith("c10d::") or name == "c10d::check_for_nan" or nested(node):
+        schema = str(_attrs(node).get("op_schema") or "")
+        name = schema.split("(")[0]
+        if not name.startswith("c10d::") or name == "c10d::check_for_nan":
             continue
         inputs = node["inputs"]
         size = 0

@@ -5,13 +5,15 @@ no ATen ancestor (their children, e.g. aten::convolution under aten::conv2d, run
 and record_function ranges are not operators; the ATen calls under them are top-level and replayed.
 
 The collectives (`c10d::` operators: DDP's gradient `c10d::allreduce_`, its buffers' `c10d::broadcast_`)
-outside any ATen operator are selected too, in call order among the ATen ones (kaliper.trace.collectives
+are selected too, in call order among the ATen ones (kaliper.trace.collectives
 says which are replayed). Under a collective the trace's parent links are not where the calls ran: c10d
 ends a collective's record_function when its work completes, not when the call returns, so whatever the
 rank calls meanwhile is recorded as its child (ATen operators, and on a rank that waits, the next
 collective: measured, rank 1 of a DDP step recorded its second `c10d::broadcast_` under the first, rank 0
-did not). So a collective's children are selected as if it were not there: ATen operators under one stay
-top-level, and a collective under another is a collective of its own.
+did not; rank 1 of another recorded its second broadcast under an `aten::flatten_dense_tensors` that had
+returned). So a collective is selected wherever the trace puts it (no ATen operator calls the c10d
+dispatcher's collectives), and its children as if it were not there: ATen operators under one stay
+top-level.
 Pure Python: no torch, so the selection is testable and cheap.
 """
 
@@ -115,6 +117,7 @@ def select_ops(nodes: Sequence[EtNode], op_durations_ns: Mapping[str, int]) -> S
     by_id = {n.id: n for n in nodes}
     operator_ids = {n.id for n in nodes if n.op_schema.startswith(ATEN)}
     inside: dict[int, bool] = {}  # node id -> has an ATen ancestor
+    collective_ids = {n.id for n in nodes if n.op_schema.startswith(C10D) and n.name not in NOT_COMMUNICATION}
 
     def under_operator(node: EtNode) -> bool:
         path: list[int] = []
@@ -123,6 +126,8 @@ def select_ops(nodes: Sequence[EtNode], op_durations_ns: Mapping[str, int]) -> S
             parent = by_id.get(current.parent)
             if parent is None or parent.id == current.id or parent.id in path:
                 break  # the root names itself; a cycle would be a broken trace: stop either way
+            if parent.id in collective_ids:
+                break  # what a pending collective adopted: its ancestors say nothing (module docstring)
             if parent.id in inside:
                 answer = inside[parent.id] or parent.id in operator_ids
                 break
@@ -135,16 +140,15 @@ def select_ops(nodes: Sequence[EtNode], op_durations_ns: Mapping[str, int]) -> S
             inside[visited] = answer
         return answer
 
-    collective_ids = {n.id for n in nodes if n.op_schema.startswith(C10D) and n.name not in NOT_COMMUNICATION}
     # nccl records each collective's group on a record_param_comms node under it
     groups = {n.parent: n.pg_name for n in nodes if n.pg_name is not None and n.parent in collective_ids}
 
     ops: list[SelectedOp] = []
     others: Counter[str] = Counter()
     for node in nodes:
-        if not node.op_schema or under_operator(node):
-            continue
         collective = node.id in collective_ids
+        if not node.op_schema or (not collective and under_operator(node)):
+            continue
         if not collective and not node.op_schema.startswith(ATEN):
             others[node.name] += 1
             continue

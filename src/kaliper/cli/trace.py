@@ -227,7 +227,8 @@ def _summary(meta: TraceMeta) -> None:
         f"({meta.provenance.get('step_boundary', 'steps')}); device {meta.device}, {meta.threads} threads"
     )
     print(
-        f"original step: median {meta.original_iteration_ns() / meta.steps.traced / 1e6:.2f} ms "
+        f"original step{' (rank 0)' if meta.distributed is not None else ''}: median "
+        f"{meta.original_iteration_ns() / meta.steps.traced / 1e6:.2f} ms "
         f"(min {ordered[0] / 1e6:.2f}, max {ordered[-1] / 1e6:.2f})"
     )
     print(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from dataclasses import astuple
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from kaliper.monitoring.interference import (
     parse_proc_stat,
 )
 from kaliper.monitoring.probe import ProbeHistory, ProbePair, ProbeResult, probe
+from tests.support.replicas import wait_for
 
 PROC_STAT = """\
 cpu  779306 228 119990 1059014 6733 0 1680 411 0 0
@@ -218,13 +218,16 @@ def test_window_counts_the_child_tree_as_own_and_a_pinned_spinner_as_others() ->
 
     spinner = subprocess.Popen([sys.executable, "-c", SPIN.format(cpu=cpus[-1], wall=30)])
     try:
-        time.sleep(0.2)
-        before = psutil.Process(spinner.pid).cpu_times()
+        process = psutil.Process(spinner.pid)
+        wait_for(lambda: sum(process.cpu_times()[:2]) > 0.1, what="the spinner spinning")
+        before = process.cpu_times()
         window = InterferenceWindow(interval_s=0.1)
         window.start(list)
-        time.sleep(1.0)
+        # Until the spinner has spun 0.5 CPU-s in the window, however busy the machine (not a fixed 1 s: on
+        # a loaded core it got less than 0.3 s of one; issue 35)
+        wait_for(lambda: sum(process.cpu_times()[:2]) - sum(before[:2]) >= 0.5, what="0.5 s of spinning")
         loaded = window.stop()
-        after = psutil.Process(spinner.pid).cpu_times()
+        after = process.cpu_times()
     finally:
         spinner.kill()
         spinner.wait()

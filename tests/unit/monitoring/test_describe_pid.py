@@ -9,19 +9,26 @@ import sys
 
 from kaliper.monitoring.gpu_window import describe_pid
 
-PROGRAM = "import sys, time\nif True:\n    time.sleep(30)\n" + "# padding\n" * 40
+PROGRAM = (
+    "import sys, time\nif True:\n    print('ready', flush=True)\n    time.sleep(30)\n" + "# padding\n" * 40
+)
 
 
 def test_a_neighbours_command_is_one_bounded_line() -> None:
-    child = subprocess.Popen([sys.executable, "-c", PROGRAM])
+    # The child says it runs before it is described: read between fork and exec, /proc shows no command
+    # line yet and psutil falls back to the bare name ("python"), seen once in a CI run.
+    child = subprocess.Popen([sys.executable, "-c", PROGRAM], stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
         command, visible = describe_pid(child.pid)
     finally:
         child.kill()
         child.wait()
     assert visible and command is not None
     assert "\n" not in command and "  " not in command
-    assert command.startswith(f"{sys.executable} -c import sys, time if True: time.sleep(30)")
+    assert command.startswith(
+        f"{sys.executable} -c import sys, time if True: print('ready', flush=True) time.sleep(30)"
+    )
     assert len(command) == 200 and command.endswith("…")
 
 

@@ -8,6 +8,12 @@ write_plan in a child that imports Kaliper first, so imports are not counted), p
 average. The old path (`KALIPER_TEMPLATE_REFERENCE=1`: pure-jsonnet `arg`, nothing shared, one worker;
 PyYAML's emitter, sequential writes) runs at --old-size only, interleaved with the new one, and the
 ratio old/new is taken within the same round. The machine is shared: read the load beside each figure.
+
+Before and after a change (`--before-src DIR`: another Kaliper's src/, e.g. `git archive 57bed88 src |
+tar -x -C /tmp/before`, then `--before-src /tmp/before/src`): every size and step is measured with both,
+A B then B A for `--repeat` rounds, and the median of the paired ratios (after/before) is printed.
+
+    python benchmarks/scale_configure.py --sizes 10000 --old-size 0 --repeat 6 --before-src /tmp/before/src
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,9 +67,12 @@ def write_spec(folder: Path, trials: int) -> Path:
     return path
 
 
-def measure(what: str, spec: Path, folder: Path, old: bool) -> tuple[float, float]:
-    """(seconds, 1-minute load average at the end) of one fresh process."""
+def measure(what: str, spec: Path, folder: Path, old: bool, src: Path | None = None) -> tuple[float, float]:
+    """(seconds, 1-minute load average at the end) of one fresh process (importing Kaliper from `src`
+    when given)."""
     env = dict(os.environ, KALIPER_TEMPLATE_REFERENCE="1" if old else "0")
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     if what == "validate":
         command = [sys.executable, "-m", "kaliper", "validate", str(spec)]
         began = time.perf_counter()
@@ -82,7 +92,11 @@ def main() -> None:
     parser.add_argument("--old-size", type=int, default=1000, help="size the old path runs at (0: never)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds per figure (the best is kept)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--before-src", type=Path, help="another Kaliper's src/: paired before/after figures")
     args = parser.parse_args()
+    if args.before_src is not None:
+        before_after(args.sizes, args.repeat, args.before_src.resolve(), args.json)
+        return
     rows = []
     with tempfile.TemporaryDirectory(prefix="kaliper-scale-") as tmp:
         folder = Path(tmp)
@@ -110,6 +124,35 @@ def main() -> None:
                 rows.append(row)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+def before_after(sizes: list[int], rounds: int, before: Path, out: Path | None) -> None:
+    """Each size and step with the Kaliper in `before` and this one, A B / B A, median of after/before."""
+    print(f"before: {before}; after: this checkout; cpus {len(os.sched_getaffinity(0))}", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kaliper-scale-") as tmp:
+        folder = Path(tmp)
+        for size in sizes:
+            spec = write_spec(folder, size)
+            for what in ("validate", "configure", "write"):
+                pairs = []
+                for round_ in range(rounds):
+                    first_before = round_ % 2 == 0
+                    one = measure(what, spec, folder, old=False, src=before if first_before else None)
+                    two = measure(what, spec, folder, old=False, src=None if first_before else before)
+                    b, a = (one, two) if first_before else (two, one)
+                    pairs.append({"before_s": b[0], "after_s": a[0], "ratio": a[0] / b[0], "load": two[1]})
+                median = statistics.median(p["ratio"] for p in pairs)
+                listed = ", ".join(f"{p['before_s']:.2f}/{p['after_s']:.2f}" for p in pairs)
+                loads = ", ".join(f"{p['load']:.2f}" for p in pairs)
+                print(
+                    f"{size:6d} trials  {what:9s} after/before median {median:.3f} "
+                    f"(before/after s: {listed}; load {loads})",
+                    flush=True,
+                )
+                rows.append({"trials": size, "what": what, "median_ratio": median, "pairs": pairs})
+    if out:
+        out.write_text(json.dumps(rows, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import json
 import os
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,7 +53,10 @@ import hashlib, json, sys, time
 mode, url, exp = sys.argv[1:4]
 t0 = time.perf_counter()
 import kaliper.reporter as reporter
-from kaliper.reporter.loading import aggregate
+try:
+    from kaliper.reporter.loading import aggregate
+except ImportError:  # a --head-src Kaliper from before the reporter's rooms (57bed88)
+    from kaliper.reporter import aggregate
 from kaliper.results import samples as compact
 from kaliper.storage import layout, open_storage
 if mode == "old":
@@ -64,7 +68,10 @@ if mode == "old":
     aggregate.open_samples = documents_only
 storage = open_storage(url)
 t1 = time.perf_counter()
-from kaliper.application.reporting import report_building  # the settings `kaliper report` sets
+try:
+    from kaliper.application.reporting import report_building  # the settings `kaliper report` sets
+except ImportError:  # a --head-src Kaliper from before the application layer (57bed88)
+    from kaliper.cli.process import report_building
 with report_building():
     reporter.write_report(storage, exp)
 t2 = time.perf_counter()
@@ -198,26 +205,23 @@ def main(argv: list[str] | None = None) -> int:
     measure("A first report (no samples files)", "new", exp, GOAL_WARM_S)  # writes them
     if args.head_src:  # then its own (it cannot read the new ones)
         measure("A first report (no samples files)", "head", exp, None)
-    for _ in range(args.rounds):
-        if args.head_src:
-            measure("A rerun warm", "head", exp, GOAL_WARM_S)
-        measure("A rerun warm", "new", exp, GOAL_WARM_S)
+
+    def reruns(label: str, experiment: str, goal: float, cold: bool = False) -> None:
+        """`--rounds` new children, each paired with a head child when asked: A B, then B A, ..."""
+        for round_ in range(args.rounds):
+            order = ["new"] if not args.head_src else ["head", "new"] if round_ % 2 == 0 else ["new", "head"]
+            for mode in order:
+                measure(label, mode, experiment, goal, cold=cold)
+
+    reruns("A rerun warm", exp, GOAL_WARM_S)
     if args.old_cold:
         measure("A rerun cold", "old", exp, GOAL_COLD_S, cold=True)
-    for _ in range(args.rounds):
-        if args.head_src:
-            measure("A rerun cold", "head", exp, GOAL_COLD_S, cold=True)
-        measure("A rerun cold", "new", exp, GOAL_COLD_S, cold=True)
+    reruns("A rerun cold", exp, GOAL_COLD_S, cold=True)
     measure("B first report, baseline A", "new", base, GOAL_WARM_S)  # B's samples files written, A's read
     if args.head_src:
         measure("B first report, baseline A", "head", base, None)
-    for _ in range(args.rounds):
-        if args.head_src:
-            measure("B rerun warm, baseline A", "head", base, GOAL_WARM_S)
-        measure("B rerun warm, baseline A", "new", base, GOAL_WARM_S)
-    if args.head_src:
-        measure("B rerun cold, baseline A", "head", base, GOAL_COLD_S, cold=True)
-    measure("B rerun cold, baseline A", "new", base, GOAL_COLD_S, cold=True)
+    reruns("B rerun warm, baseline A", base, GOAL_WARM_S)
+    reruns("B rerun cold, baseline A", base, GOAL_COLD_S, cold=True)
     if args.baseline_old:
         measure("B rerun warm, baseline A", "old", base, GOAL_WARM_S)
 
@@ -240,14 +244,17 @@ def main(argv: list[str] | None = None) -> int:
             f"  {label:34} {mode:4} {f['wall_s']:7.1f} {'' if goal is None else f'<{goal:.0f}':>6} "
             f"{f['peak_rss_mib']:6.0f} {mem:>2} {f['cache'][:10]:>10}  {f['load']}  {verdict}"
         )
-    heads = {label: f["wall_s"] for label, m, f, _g in rows if m == "head"}
-    if heads:
-        print("  head (the --head-src Kaliper) / new, same run:")
-        for label, mode, f, _g in rows:
-            if mode == "new" and label in heads:
-                print(
-                    f"    {label:34} {heads[label]:7.1f} s / {f['wall_s']:6.1f} s = {heads[label] / f['wall_s']:5.2f}x"
-                )
+    if args.head_src:
+        print(
+            "  head (the --head-src Kaliper) / new: median of the paired ratios (pairs measured side by side)"
+        )
+        for label in dict.fromkeys(label for label, _m, _f, _g in rows):
+            heads = [f["wall_s"] for la, m, f, _g in rows if la == label and m == "head"]
+            news = [f["wall_s"] for la, m, f, _g in rows if la == label and m == "new"]
+            ratios = [h / n for h, n in zip(heads, news, strict=False)]
+            if ratios:
+                listed = ", ".join(f"{r:.3f}" for r in ratios)
+                print(f"    {label:34} {statistics.median(ratios):5.3f}x  ({listed})")
     print("  old (every document read) / new, same run:")
     old = {label: f["wall_s"] for label, m, f, _g in rows if m == "old"}
     for label, mode, f, _g in rows:

@@ -96,7 +96,7 @@ def test_ttft_tpot_latency_equal_the_servers_own_timestamps() -> None:
             ),
             RULE,
         )
-        timings = list(server.timings)
+        timings = server.settled_timings()
     latency_ns = m.samples.timed_ns
     ttft = m.metrics["ttft"].values
     tpot = m.metrics["tpot"].values

@@ -143,7 +143,7 @@ def test_inter_token_gaps_and_ttft_equal_the_servers_own_within_loopback(
             latency_bound="2s",
             concurrency=1,
         )
-        timings = by_prompt(list(server.timings))
+        timings = by_prompt(server.settled_timings())
         number = {str(b["prompt"]): k for k, b in enumerate(server.bodies)}  # its delay: first_ms[k % 4]
     resolution_ms = time.get_clock_info("perf_counter").resolution * 1e3
     origin = record["derived"]["files"]["queries_origin_ns"]

@@ -56,7 +56,10 @@ def test_time_limit_ends_the_job_timeout(slurm_cluster: SlurmCluster, tmp_path: 
 
     job = slurm_cluster.show_job(job_id)
     assert (job["JobState"], job["Reason"], job["TimeLimit"]) == ("TIMEOUT", "TimeLimit", "00:01:00")
-    assert job["ExitCode"] == "0:15"  # the batch shell ended by SIGTERM
+    # SIGTERM ended the batch shell: Slurm signals the step and the shell at the limit, and which goes
+    # first is the scheduler's choice. Killed itself, the shell is "0:15"; when the step's srun dies first,
+    # the shell exits with its status, 128 + 15, before its own signal lands: "143:0" (seen under load).
+    assert job["ExitCode"] in ("0:15", "143:0"), job["ExitCode"]
     record = slurm_cluster.jobcomp(job_id)
     assert (record["JobState"], record["TimeLimit"]) == ("TIMEOUT", "1")
     assert (record["StartTime"], record["EndTime"]) == (job["StartTime"], job["EndTime"])

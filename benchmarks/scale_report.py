@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     forget(store, base)
     measure("A old (fills the cache)", "old", exp, GOAL_WARM_S)
     measure("A first report (no samples files)", "new", exp, GOAL_WARM_S)  # writes them
-    if args.head_src:  # then its own (it cannot read the new ones)
+    if args.head_src:  # it reads the samples files new wrote: not a first report, and not a pair
         measure("A first report (no samples files)", "head", exp, None)
 
     def reruns(label: str, experiment: str, goal: float, cold: bool = False) -> None:
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "  head (the --head-src Kaliper) / new: median of the paired ratios (pairs measured side by side)"
         )
-        for label in dict.fromkeys(label for label, _m, _f, _g in rows):
+        for label in dict.fromkeys(label for label, _m, _f, _g in rows if "first report" not in label):
             heads = [f["wall_s"] for la, m, f, _g in rows if la == label and m == "head"]
             news = [f["wall_s"] for la, m, f, _g in rows if la == label and m == "new"]
             ratios = [h / n for h, n in zip(heads, news, strict=False)]

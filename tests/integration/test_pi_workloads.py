@@ -31,6 +31,8 @@ from tests.support.cli import CliRunner
 
 torch = pytest.importorskip("torch")
 QUICK = SamplingRule(warmup=1, target_rel_ci=0.5, min_samples=3, max_samples=5, max_time_s=1.0)
+# Two timings compared by their fastest samples: 8 a run, so each side has as many chances to be undisturbed
+RATIO = SamplingRule(warmup=1, target_rel_ci=0.5, min_samples=8, max_samples=8, max_time_s=5.0)
 TF_THREADS = 1
 DEEPBENCH = {
     "batch": 4,
@@ -223,11 +225,10 @@ def test_tf_matmul_time_grows_with_calls(tf: Any) -> None:
     was slowed about 2.3x and the ratio read 1.67: now n=512 (10 calls ~25 ms here, longer than a
     scheduler's time slice, so a neighbour stretches both sides alike), more samples and a third round."""
     params = {"matrix_size": 512, "dtype": "float32", "device": "cpu", "threads": TF_THREADS}
-    rule = SamplingRule(warmup=1, target_rel_ci=0.5, min_samples=8, max_samples=8, max_time_s=5.0)
     fastest = {10: float("inf"), 40: float("inf")}
     for _ in range(3):
         for calls in fastest:
-            timed = pi_matmul_tf.run({**params, "calls_per_sample": calls}, rule).samples.timed_ns
+            timed = pi_matmul_tf.run({**params, "calls_per_sample": calls}, RATIO).samples.timed_ns
             fastest[calls] = min(fastest[calls], min(timed))
     assert fastest[40] / fastest[10] > 2.0, fastest
 
@@ -271,12 +272,11 @@ def test_tf_forward_backward_runs_the_forward_too(tf: Any) -> None:
     stretches both sides alike rather than the short one's every sample (as it did to the matmul test's)."""
     params = {**TINY_CONV, "threads": TF_THREADS, "padding": "valid", "data_format": "NHWC"}
     params |= {"height": 64, "width": 64, "channels": 8, "filters": 16, "calls_per_sample": 40}
-    rule = SamplingRule(warmup=1, target_rel_ci=0.5, min_samples=8, max_samples=8, max_time_s=5.0)
     fastest = {"forward": float("inf"), "forward_backward": float("inf")}
     flop: dict[str, int] = {}
     for _ in range(3):
         for mode in fastest:
-            m = pi_conv2d_tf.run({**params, "mode": mode}, rule)
+            m = pi_conv2d_tf.run({**params, "mode": mode}, RATIO)
             fastest[mode] = min(fastest[mode], min(m.samples.timed_ns))
             flop[mode] = m.derived["flop_per_call"]
     assert flop["forward_backward"] == 3 * flop["forward"]

@@ -46,10 +46,9 @@ def test_a_calibrated_sample_lasts_the_target_while_the_calls_get_faster(
     assert timed_ns == round(calls * clock.per_call_ns / speedup)
 
 
-def test_a_steady_rate_is_calibrated_without_overshooting() -> None:
+def test_a_steady_rate_is_calibrated_without_overshooting(monkeypatch: pytest.MonkeyPatch) -> None:
     """No re-check when the first estimate holds: the margin only applies after a short check."""
     clock = Clock(per_call_ns=1_000_000, speedup=1.0)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(time, "perf_counter_ns", clock.perf_counter_ns)
-        calls, timed_ns = calibration.calibrate_calls(clock.run_calls, 50_000_000)
+    monkeypatch.setattr(time, "perf_counter_ns", clock.perf_counter_ns)
+    calls, timed_ns = calibration.calibrate_calls(clock.run_calls, 50_000_000)
     assert (calls, timed_ns) == (50, 50_000_000)

@@ -31,8 +31,10 @@ from tests.support.cli import CliRunner
 
 torch = pytest.importorskip("torch")
 QUICK = SamplingRule(warmup=1, target_rel_ci=0.5, min_samples=3, max_samples=5, max_time_s=1.0)
-# Two timings compared by their fastest samples: 8 a run, so each side has as many chances to be undisturbed
-RATIO = SamplingRule(warmup=1, target_rel_ci=0.5, min_samples=8, max_samples=8, max_time_s=5.0)
+# Two timings compared by their fastest samples, taken in turn (A B A B ...): one sample each time, so a
+# neighbour whose load comes and goes meets both; ALTERNATE_PAIRS pairs after one warming pair
+ONE_SAMPLE = SamplingRule(warmup=0, target_rel_ci=0.5, min_samples=1, max_samples=1, max_time_s=5.0)
+ALTERNATE_PAIRS = 16
 TF_THREADS = 1
 DEEPBENCH = {
     "batch": 4,
@@ -216,20 +218,21 @@ def test_tf_matmul_metrics_follow_the_formula(tf: Any, dtype: str) -> None:
 def test_tf_matmul_time_grows_with_calls(tf: Any) -> None:
     """The graph loop runs every matmul: nothing is hoisted or pruned (4x the calls ≈ 4x the time).
 
-    Few and many alternate (A B A B A B) and each side's fastest of 8 samples counts: the least disturbed
-    by a neighbour on this shared machine (medians of one run each read 1.34 once, beside the suite). The
-    matrices are large enough that the calls outweigh a sample's fixed cost (the function call, the
-    runtime's thread hand-offs), which a busy machine inflates: at n=128 ten calls took ~0.7 ms of which
-    ~0.2 ms fixed, and under load the fixed part grew to ~0.9 ms (40/10 read 1.8, not ~3). At n=256, with
-    the suite's other worker on the same core (pinned, `taskset -c 0`), every sample of both 10-call runs
-    was slowed about 2.3x and the ratio read 1.67: now n=512 (10 calls ~25 ms here, longer than a
-    scheduler's time slice, so a neighbour stretches both sides alike), more samples and a third round."""
-    params = {"matrix_size": 512, "dtype": "float32", "device": "cpu", "threads": TF_THREADS}
+    The workload's own traced loop is timed at 10 and 40 calls in turn, sample by sample, and each side's
+    fastest sample counts: a neighbour on this shared machine whose load comes and goes then meets both
+    sides alike, and the fastest is the least disturbed. Runs of 8 samples a side in turn (A B A B A B)
+    were not enough: the suite's other worker slowed all 24 samples of the 10-call side and none of the
+    40-call side's (1.91, busy hunt). n=512: the calls outweigh a sample's fixed cost (function call,
+    thread hand-offs), which a busy machine inflates (at n=128, 0.2 of 0.7 ms quiet, 0.9 ms under load)."""
+    built = pi_matmul_tf.build(
+        {"matrix_size": 512, "dtype": "float32", "device": "cpu", "threads": TF_THREADS}
+    )
     fastest = {10: float("inf"), 40: float("inf")}
-    for _ in range(3):
+    for pair in range(ALTERNATE_PAIRS + 1):
         for calls in fastest:
-            timed = pi_matmul_tf.run({**params, "calls_per_sample": calls}, RATIO).samples.timed_ns
-            fastest[calls] = min(fastest[calls], min(timed))
+            (ns,) = built.sample(calls, ONE_SAMPLE).samples.timed_ns
+            if pair:  # the first pair warms both counts up
+                fastest[calls] = min(fastest[calls], ns)
     assert fastest[40] / fastest[10] > 2.0, fastest
 
 
@@ -266,19 +269,24 @@ def test_tf_conv2d_metrics_follow_the_formula(tf: Any, padding: str, mode: str, 
 def test_tf_forward_backward_runs_the_forward_too(tf: Any) -> None:
     """The forward output is carried by the loop, so it is computed although the gradients don't need it.
 
-    Forward and forward+backward alternate (A B A B A B) and each side's fastest of 8 samples counts, as in
-    `test_tf_matmul_time_grows_with_calls`: the least disturbed by a neighbour on this shared machine. 40
-    calls a sample (forward ~7 ms here, not ~0.7 ms at 4 calls), so that a neighbour on the same core
-    stretches both sides alike rather than the short one's every sample (as it did to the matmul test's)."""
+    The two workloads' own traced loops are timed in turn, sample by sample, and each side's fastest
+    sample counts, as in `test_tf_matmul_time_grows_with_calls`: a neighbour on this shared machine then
+    meets both sides alike. 40 calls a sample (forward ~3.6 ms here, not ~0.4 ms at 4 calls), so that a
+    neighbour's time slice cannot fall on the short side's samples only."""
     params = {**TINY_CONV, "threads": TF_THREADS, "padding": "valid", "data_format": "NHWC"}
-    params |= {"height": 64, "width": 64, "channels": 8, "filters": 16, "calls_per_sample": 40}
-    fastest = {"forward": float("inf"), "forward_backward": float("inf")}
-    flop: dict[str, int] = {}
-    for _ in range(3):
-        for mode in fastest:
-            m = pi_conv2d_tf.run({**params, "mode": mode}, RATIO)
-            fastest[mode] = min(fastest[mode], min(m.samples.timed_ns))
-            flop[mode] = m.derived["flop_per_call"]
+    calls = 40
+    params |= {"height": 64, "width": 64, "channels": 8, "filters": 16, "calls_per_sample": calls}
+    modes = ("forward", "forward_backward")
+    built = {mode: pi_conv2d_tf.build({**params, "mode": mode}) for mode in modes}
+    fastest = dict.fromkeys(modes, float("inf"))
+    for pair in range(ALTERNATE_PAIRS + 1):
+        for mode in modes:
+            (ns,) = built[mode].sample(calls, ONE_SAMPLE).samples.timed_ns
+            if pair:  # the first pair warms both loops up
+                fastest[mode] = min(fastest[mode], ns)
+    flop = {
+        mode: pi_conv2d_tf.run({**params, "mode": mode}, QUICK).derived["flop_per_call"] for mode in modes
+    }
     assert flop["forward_backward"] == 3 * flop["forward"]
     assert fastest["forward_backward"] > 1.5 * fastest["forward"], fastest
 

@@ -26,7 +26,7 @@ from typing import Any
 from kaliper.benchmarks.measurement import Measurement
 from kaliper.benchmarks.peaks import with_peak
 from kaliper.benchmarks.pi.pi_conv2d_torch import ConvGeometry, conv_metrics
-from kaliper.benchmarks.pi.pi_matmul_tf import SYNC, first_elements, first_line, sample_tf_loop, tf_dtype
+from kaliper.benchmarks.pi.pi_matmul_tf import SYNC, TracedLoop, first_elements, first_line, tf_dtype
 from kaliper.benchmarks.tf_support import (
     import_tensorflow,
     tf_build_info,
@@ -42,11 +42,13 @@ from kaliper.metrics.sampling import SamplingRule
 TIMED_LOOP = "tf.function: tf.while_loop(calls_per_sample, parallel_iterations=1)"
 
 
-def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
+def build(params: dict[str, Any]) -> TracedLoop:
+    """Set the threads, make the tensors on the device, trace the loop once (an unsupported dtype or
+    layout fails here, with a WorkloadError)."""
     threads = tf_threads(params["threads"])  # before any tensor exists: it creates the runtime
     tf = import_tensorflow()
     device = tf_device(params["device"])
-    geometry = g = ConvGeometry.from_params(params)
+    g = ConvGeometry.from_params(params)
     dtype = tf_dtype(tf, params["dtype"])
     data_format = str(params["data_format"])
     backward = g.mode == "forward_backward"
@@ -58,7 +60,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
         x_shape = (g.batch, g.channels, g.height, g.width)
         y_shape = (g.batch, g.filters, g.out_height, g.out_width)
     w_shape = (g.kernel_height, g.kernel_width, g.channels, g.filters)  # TF: HWIO in both formats
-    padding = "SAME" if g.padding == "same" else "VALID"
+    padding = tf_padding(g)
 
     with tf.device(device):
         x = tf.cast(tf.random.stateless_normal(x_shape, seed=(0, 1)), dtype)
@@ -86,7 +88,8 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
         loop = tf.function(convolutions, autograph=False)
 
         def run_calls(calls: int) -> None:
-            tf_sync(loop(tf.constant(calls, dtype=tf.int32)))
+            with tf.device(device):
+                tf_sync(loop(tf.constant(calls, dtype=tf.int32)))
 
         try:
             run_calls(1)  # traces the function; an unsupported dtype or layout fails here
@@ -101,9 +104,14 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
                 f"TensorFlow {tf.__version__} cannot run a {params['dtype']} {data_format} convolution "
                 f"({g.mode}) on {device}: {first_line(exc)}"
             ) from exc
+    return TracedLoop(tf, device, threads, loop, run_calls)
 
-        sampled = sample_tf_loop(tf, loop, run_calls, int(params["calls_per_sample"]), rule)
-        samples, calls, faults_per_call = sampled.samples, sampled.calls, sampled.minor_page_faults_per_call
+
+def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
+    built = build(params)
+    tf, device, geometry = built.tf, built.device, ConvGeometry.from_params(params)
+    sampled = built.sample(int(params["calls_per_sample"]), rule)
+    samples, calls, faults_per_call = sampled.samples, sampled.calls, sampled.minor_page_faults_per_call
 
     metrics, peak_info = with_peak(
         conv_metrics(geometry, calls), "gflops", 1e9, *tf_peak_inputs(device, params["dtype"])
@@ -115,12 +123,12 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
         framework="tensorflow",
         framework_version=str(tf.__version__),
         framework_build=tf_build_info(),
-        threads=threads,
+        threads=built.threads,
         gpus=tf_gpus(),
         effective_params={"calls_per_sample": calls, "sync": SYNC},
         derived={
             **geometry.derived(),
-            "padding_applied": f"tf.nn.conv2d padding={padding}",
+            "padding_applied": f"tf.nn.conv2d padding={tf_padding(geometry)}",
             "timed_loop": TIMED_LOOP,
             "tf_device": device,
             "minor_page_faults_per_call": faults_per_call,
@@ -128,3 +136,8 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
             **peak_info,
         },
     )
+
+
+def tf_padding(geometry: ConvGeometry) -> str:
+    """TF's name for the geometry's padding (`same` is TF's SAME, which defines it)."""
+    return "SAME" if geometry.padding == "same" else "VALID"

@@ -21,6 +21,7 @@ so it runs on every iteration (time grows linearly with `calls_per_sample`; the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kaliper.benchmarks.calibration import MATMUL_GFLOPS_FORMULA, CallSamples, rate_metrics, sample_calls
@@ -46,7 +47,27 @@ SYNC = "host fetch (tf_sync) of one element of the result, sliced inside the tf.
 TIMED_LOOP = "tf.function: tf.while_loop(calls_per_sample, parallel_iterations=1)"
 
 
-def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
+@dataclass(frozen=True)
+class TracedLoop:
+    """A TF workload's traced loop, built and traced, apart from its sampling: `run` samples it once; a
+    test can sample two loops, or two counts, in turn sample by sample (so both meet the same neighbour
+    on a shared machine)."""
+
+    tf: Any
+    device: str
+    threads: dict[str, Any]
+    loop: Any  # tf.function(calls: int32 tensor) -> one element of the last product
+    run_calls: Callable[[int], None]
+
+    def sample(self, calls: int, rule: SamplingRule) -> CallSamples:
+        """Samples of `calls` matmuls (0: calibrated) under `rule`, on the device they were built on."""
+        with self.tf.device(self.device):
+            return sample_tf_loop(self.tf, self.loop, self.run_calls, calls, rule)
+
+
+def build(params: dict[str, Any]) -> TracedLoop:
+    """Set the threads, make A and B on the device, trace the loop once (a dtype the device lacks fails
+    here, with a WorkloadError)."""
     threads = tf_threads(params["threads"])  # before any tensor exists: it creates the runtime
     tf = import_tensorflow()
     device = tf_device(params["device"])
@@ -69,7 +90,8 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
         loop = tf.function(matmuls, autograph=False)
 
         def run_calls(calls: int) -> None:
-            tf_sync(loop(tf.constant(calls, dtype=tf.int32)))
+            with tf.device(device):
+                tf_sync(loop(tf.constant(calls, dtype=tf.int32)))
 
         try:
             run_calls(1)  # traces the function; a dtype the device lacks fails here
@@ -78,9 +100,14 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
                 f"TensorFlow {tf.__version__} cannot multiply {params['dtype']} matrices on {device}: "
                 f"{first_line(exc)}"
             ) from exc
+    return TracedLoop(tf, device, threads, loop, run_calls)
 
-        sampled = sample_tf_loop(tf, loop, run_calls, int(params["calls_per_sample"]), rule)
-        samples, calls, faults_per_call = sampled.samples, sampled.calls, sampled.minor_page_faults_per_call
+
+def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
+    built = build(params)
+    tf, device, n = built.tf, built.device, int(params["matrix_size"])
+    sampled = built.sample(int(params["calls_per_sample"]), rule)
+    samples, calls, faults_per_call = sampled.samples, sampled.calls, sampled.minor_page_faults_per_call
 
     metrics, peak_info = with_peak(
         rate_metrics(2.0 * n**3, calls, MATMUL_GFLOPS_FORMULA),
@@ -95,7 +122,7 @@ def run(params: dict[str, Any], rule: SamplingRule) -> Measurement:
         framework="tensorflow",
         framework_version=str(tf.__version__),
         framework_build=tf_build_info(),
-        threads=threads,
+        threads=built.threads,
         gpus=tf_gpus(),
         effective_params={"calls_per_sample": calls, "sync": SYNC},
         derived={

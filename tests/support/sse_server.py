@@ -90,6 +90,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._counted = True
         mode = srv.mode if srv.mode_count is None or number < srv.mode_count else "stream"
         timing = Timing(received, body=body)
+        answered = False
         try:
             with srv.engine:  # `serial`: one answer at a time, the others wait (a server's own queue)
                 if mode == "status":
@@ -98,11 +99,14 @@ class _Handler(BaseHTTPRequestHandler):
                     self._whole(number, body, timing)
                 else:
                     self._stream(number, body, mode, timing)
+            answered = True
         finally:
             self._leave()
-        with srv.lock:
-            srv.timings.append(timing)
-            srv.recorded.notify_all()
+            with srv.lock:  # a handler that raised (a client gone) is settled too, without a timing
+                if answered:
+                    srv.timings.append(timing)
+                srv.settled += 1
+                srv.recorded.notify_all()
 
     def _leave(self) -> None:
         """The request is no longer in flight (once, whichever path ends it first)."""
@@ -220,12 +224,13 @@ class SseServer(ThreadingHTTPServer):
         self.mode_count, self.usage, self.tokens_per_event = mode_count, usage, tokens_per_event
         self.lengths_from_body, self.finish_reason = lengths_from_body, finish_reason
         self.lock = threading.Lock()
-        self.recorded = threading.Condition(self.lock)  # a timing appended
+        self.recorded = threading.Condition(self.lock)  # a handler settled
         self.engine: contextlib.AbstractContextManager[Any] = (
             threading.Lock() if serial else contextlib.nullcontext()
         )
         self.requests = 0
-        self.timings: list[Timing] = []
+        self.timings: list[Timing] = []  # answered requests' timings, in the order they were settled
+        self.settled = 0  # handlers ended, answered or not (a client gone before the end records no timing)
         self.bodies: list[Any] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = 0
@@ -233,13 +238,14 @@ class SseServer(ThreadingHTTPServer):
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     def settled_timings(self, timeout: float = 60.0) -> list[Timing]:
-        """Every received request's timing, once its handler has appended it: a handler appends after its
-        last write, so a client can have a whole answer (and a test its results) before the server's
-        record of it exists (seen under load: 23 timings of 24 answered requests). `timeout` only ends a
-        test that would otherwise hang."""
+        """Every answered request's timing, once every received request's handler has ended: a handler
+        appends after its last write, so a client can have a whole answer (and a test its results) before
+        the server's record of it exists (seen under load: 23 timings of 24 answered requests). A handler
+        whose client went away ends without a timing, and does not keep this waiting. `timeout` only ends
+        a test that would otherwise hang."""
         with self.recorded:
-            if not self.recorded.wait_for(lambda: len(self.timings) >= self.requests, timeout):
-                raise AssertionError(f"{self.requests - len(self.timings)} request(s) never recorded")
+            if not self.recorded.wait_for(lambda: self.settled >= self.requests, timeout):
+                raise AssertionError(f"{self.requests - self.settled} request(s) never settled")
             return list(self.timings)
 
     def handle_error(self, request: Any, client_address: Any) -> None:

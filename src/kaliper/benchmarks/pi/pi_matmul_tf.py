@@ -60,7 +60,7 @@ class TracedLoop:
     run_calls: Callable[[int], None]
 
     def sample(self, calls: int, rule: SamplingRule) -> CallSamples:
-        """Samples of `calls` matmuls (0: calibrated) under `rule`, on the device they were built on."""
+        """Samples of `calls` calls of the loop (0: calibrated) under `rule`, on the device it was built on."""
         with self.tf.device(self.device):
             return sample_tf_loop(self.tf, self.loop, self.run_calls, calls, rule)
 

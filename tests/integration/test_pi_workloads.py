@@ -8,19 +8,21 @@ thread count (`TF_THREADS`).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
-from kaliper.benchmarks.calibration import TARGET_SAMPLE_NS
+from kaliper.benchmarks.calibration import TARGET_SAMPLE_NS, CallSamples
 from kaliper.benchmarks.measurement import Measurement
 from kaliper.benchmarks.pi import pi_conv2d_tf, pi_conv2d_torch, pi_import, pi_matmul_tf
 from kaliper.benchmarks.pi.pi_conv2d_torch import output_size, same_pads
@@ -31,11 +33,8 @@ from tests.support.cli import CliRunner
 
 torch = pytest.importorskip("torch")
 QUICK = SamplingRule(warmup=1, target_rel_ci=0.5, min_samples=3, max_samples=5, max_time_s=1.0)
-# Two timings compared by their fastest samples, taken in turn (A B A B ...): one sample each time, so a
-# neighbour whose load comes and goes meets both; ALTERNATE_PAIRS pairs after one warming pair
-ONE_SAMPLE = SamplingRule(warmup=0, target_rel_ci=0.5, min_samples=1, max_samples=1, max_time_s=5.0)
-ALTERNATE_PAIRS = 16
 TF_THREADS = 1
+K = TypeVar("K")
 DEEPBENCH = {
     "batch": 4,
     "height": 161,
@@ -190,6 +189,19 @@ def test_torch_conv2d_cuda_synchronises() -> None:
 # --- TensorFlow, in this process (imported once) ----------------------------------------------------
 
 
+def fastest_in_turn(sides: dict[K, Callable[[SamplingRule], CallSamples]], pairs: int = 16) -> dict[K, int]:
+    """Each side's fastest sample, the sides sampled in turn (A B A B ...), one sample each time, so that a
+    neighbour whose load comes and goes meets them alike; `pairs` rounds after one that warms them up."""
+    one = SamplingRule(warmup=0, target_rel_ci=0.5, min_samples=1, max_samples=1, max_time_s=5.0)
+    fastest: dict[K, int] = {}
+    for pair in range(pairs + 1):
+        for side, sample in sides.items():
+            (ns,) = sample(one).samples.timed_ns
+            if pair:
+                fastest[side] = min(fastest.get(side, ns), ns)
+    return fastest
+
+
 @pytest.fixture(scope="module")
 def tf() -> Any:
     tensorflow = pytest.importorskip("tensorflow")
@@ -227,12 +239,7 @@ def test_tf_matmul_time_grows_with_calls(tf: Any) -> None:
     built = pi_matmul_tf.build(
         {"matrix_size": 512, "dtype": "float32", "device": "cpu", "threads": TF_THREADS}
     )
-    fastest = {10: float("inf"), 40: float("inf")}
-    for pair in range(ALTERNATE_PAIRS + 1):
-        for calls in fastest:
-            (ns,) = built.sample(calls, ONE_SAMPLE).samples.timed_ns
-            if pair:  # the first pair warms both counts up
-                fastest[calls] = min(fastest[calls], ns)
+    fastest = fastest_in_turn({calls: functools.partial(built.sample, calls) for calls in (10, 40)})
     assert fastest[40] / fastest[10] > 2.0, fastest
 
 
@@ -278,12 +285,7 @@ def test_tf_forward_backward_runs_the_forward_too(tf: Any) -> None:
     params |= {"height": 64, "width": 64, "channels": 8, "filters": 16, "calls_per_sample": calls}
     modes = ("forward", "forward_backward")
     built = {mode: pi_conv2d_tf.build({**params, "mode": mode}) for mode in modes}
-    fastest = dict.fromkeys(modes, float("inf"))
-    for pair in range(ALTERNATE_PAIRS + 1):
-        for mode in modes:
-            (ns,) = built[mode].sample(calls, ONE_SAMPLE).samples.timed_ns
-            if pair:  # the first pair warms both loops up
-                fastest[mode] = min(fastest[mode], ns)
+    fastest = fastest_in_turn({mode: functools.partial(built[mode].sample, calls) for mode in modes})
     flop = {
         mode: pi_conv2d_tf.run({**params, "mode": mode}, QUICK).derived["flop_per_call"] for mode in modes
     }

@@ -10,15 +10,11 @@ slurmctld checks them every 30 s.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
+from kaliper.execution.slurm.control import TERMINAL
 from tests.support.replicas import process_state, wait_for
 from tests.support.slurm import SlurmCluster, parse_fields, slurm_cluster_fixture  # noqa: F401 - registers the `slurm_cluster` fixture
-
-# `scontrol show job` states of a job that has not ended (COMPLETING: ended, its processes still going),
-# and "": the question got no answer (a busy controller), so it is asked again
-ACTIVE_STATES = {"", "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"}
 
 
 def script(path: Path, *lines: str) -> Path:
@@ -30,18 +26,6 @@ def submit(cluster: SlurmCluster, tmp_path: Path, *args: str) -> str:
     """sbatch with its output and working directory in tmp_path; the job id."""
     out = cluster.run(["sbatch", "--parsable", f"--chdir={tmp_path}", f"--output={tmp_path}/%j.out", *args])
     return out.stdout.strip().split(";")[0]
-
-
-def ended(cluster: SlurmCluster, job_id: str, timeout: float = 600) -> None:
-    """Wait until the controller says the job ended (a state neither pending, running nor completing);
-    asked twice a second, not every few ms: each question is a client process. `timeout` only ends a test
-    that would otherwise hang."""
-    deadline = time.monotonic() + timeout
-    while cluster.job_state(job_id) in ACTIVE_STATES:
-        assert time.monotonic() < deadline, (
-            f"job {job_id} still {cluster.job_state(job_id)} after {timeout} s"
-        )
-        time.sleep(0.5)
 
 
 def announce(path: Path, content: str) -> str:
@@ -67,7 +51,8 @@ def test_time_limit_ends_the_job_timeout(slurm_cluster: SlurmCluster, tmp_path: 
         "srun sleep 600",
     )
     job_id = submit(slurm_cluster, tmp_path, str(batch))
-    ended(slurm_cluster, job_id)
+    # asked twice a second, not every few ms: each question is a client process
+    wait_for(lambda: slurm_cluster.job_state(job_id) in TERMINAL, "the job to end", timeout=600, interval=0.5)
 
     job = slurm_cluster.show_job(job_id)
     assert (job["JobState"], job["Reason"], job["TimeLimit"]) == ("TIMEOUT", "TimeLimit", "00:01:00")

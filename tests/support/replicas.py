@@ -22,13 +22,14 @@ from pathlib import Path
 from kaliper.storage import layout
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
-    """Poll `condition` until it holds; `timeout` only ends a test that would otherwise hang."""
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120, interval: float = 0.02) -> None:
+    """Poll `condition` every `interval` s until it holds (a longer interval where each question starts a
+    process); `timeout` only ends a test that would otherwise hang."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(0.02)
+        time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}")
 
 

@@ -87,9 +87,8 @@ def build(params: dict[str, Any]) -> TracedLoop:
 
         loop = tf.function(convolutions, autograph=False)
 
-        def run_calls(calls: int) -> None:
-            with tf.device(device):
-                tf_sync(loop(tf.constant(calls, dtype=tf.int32)))
+        def run_calls(calls: int) -> None:  # under the device scope of `build` or `TracedLoop.sample`
+            tf_sync(loop(tf.constant(calls, dtype=tf.int32)))
 
         try:
             run_calls(1)  # traces the function; an unsupported dtype or layout fails here

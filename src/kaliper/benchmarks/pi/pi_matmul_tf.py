@@ -89,9 +89,8 @@ def build(params: dict[str, Any]) -> TracedLoop:
 
         loop = tf.function(matmuls, autograph=False)
 
-        def run_calls(calls: int) -> None:
-            with tf.device(device):
-                tf_sync(loop(tf.constant(calls, dtype=tf.int32)))
+        def run_calls(calls: int) -> None:  # under the device scope of `build` or `TracedLoop.sample`
+            tf_sync(loop(tf.constant(calls, dtype=tf.int32)))
 
         try:
             run_calls(1)  # traces the function; a dtype the device lacks fails here
